@@ -1,0 +1,248 @@
+package allocator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/idmint/idmint/segment"
+)
+
+// Config configures an Allocator. Zero fields take the defaults named.
+type Config struct {
+	Store Store
+	// Instance names this process in the segment log (default "idmint").
+	Instance string
+	// Segment holds the buffer settings every tag uses: Period, Threshold,
+	// WaitTimeout, LoadTimeout, MinBackoff, MaxBackoff. Tag, Loader,
+	// Logger and Now are set by the allocator.
+	Segment segment.Config
+	// AttemptTimeout bounds one store call within a load (default 3s), so a
+	// hung connection leaves time to retry on another.
+	AttemptTimeout time.Duration
+	// RetryMin and RetryMax bound the pause between attempts of one load
+	// (defaults 20ms and 1s), with full jitter.
+	RetryMin, RetryMax time.Duration
+	// UnknownTTL is how long an unknown tag is remembered as unknown, so that
+	// requests for bogus tags cannot hammer the store (default 5s).
+	UnknownTTL time.Duration
+	Logger     *slog.Logger
+	Now        func() time.Time
+	// Jitter returns a random duration in [0, d); default math/rand/v2.
+	Jitter func(d time.Duration) time.Duration
+}
+
+func (c *Config) setDefaults() {
+	if c.Instance == "" {
+		c.Instance = "idmint"
+	}
+	if c.AttemptTimeout <= 0 {
+		c.AttemptTimeout = 3 * time.Second
+	}
+	if c.RetryMin <= 0 {
+		c.RetryMin = 20 * time.Millisecond
+	}
+	if c.RetryMax < c.RetryMin {
+		c.RetryMax = max(time.Second, c.RetryMin)
+	}
+	if c.UnknownTTL <= 0 {
+		c.UnknownTTL = 5 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Jitter == nil {
+		c.Jitter = func(d time.Duration) time.Duration {
+			if d <= 0 {
+				return 0
+			}
+			return rand.N(d)
+		}
+	}
+}
+
+// maxUnknown bounds the unknown-tag cache; past it the cache starts over.
+const maxUnknown = 10_000
+
+// Allocator hands out IDs for every tag of a Store. It is safe for
+// concurrent use.
+type Allocator struct {
+	cfg Config
+
+	mu      sync.RWMutex // protects buffers, unknown, pending and closed
+	buffers map[string]*segment.Buffer
+	unknown map[string]time.Time // tag → when to forget it is unknown
+	pending map[string]*pendingRequest
+	closed  bool
+}
+
+// New returns an Allocator over cfg.Store. It starts no goroutine until a
+// tag is first asked for.
+func New(cfg Config) *Allocator {
+	cfg.setDefaults()
+	return &Allocator{
+		cfg:     cfg,
+		buffers: map[string]*segment.Buffer{},
+		unknown: map[string]time.Time{},
+		pending: map[string]*pendingRequest{},
+	}
+}
+
+// Next returns the next ID for tag.
+func (a *Allocator) Next(ctx context.Context, tag string) (int64, error) {
+	b, err := a.buffer(tag)
+	if err != nil {
+		return 0, err
+	}
+	id, err := b.Take(ctx)
+	if err != nil {
+		return 0, a.takeFailed(tag, b, err)
+	}
+	return id, nil
+}
+
+// NextN returns n IDs for tag, increasing. On error it returns no ID: the
+// IDs already taken are a gap.
+func (a *Allocator) NextN(ctx context.Context, tag string, n int) ([]int64, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("count %d: must be at least 1", n)
+	}
+	b, err := a.buffer(tag)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := b.TakeN(ctx, n, make([]int64, 0, n))
+	if err != nil {
+		return nil, a.takeFailed(tag, b, err)
+	}
+	return ids, nil
+}
+
+// buffer returns tag's buffer, creating it on first use.
+func (a *Allocator) buffer(tag string) (*segment.Buffer, error) {
+	a.mu.RLock()
+	b, ok := a.buffers[tag]
+	closed := a.closed
+	a.mu.RUnlock()
+	if ok {
+		return b, nil
+	}
+	if closed {
+		return nil, ErrClosed
+	}
+	if err := ValidateTag(tag); err != nil {
+		return nil, err
+	}
+
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return nil, ErrClosed
+	}
+	if b, ok := a.buffers[tag]; ok {
+		return b, nil
+	}
+	if until, ok := a.unknown[tag]; ok {
+		if a.cfg.Now().Before(until) {
+			return nil, fmt.Errorf("%w: %q", ErrUnknownTag, tag)
+		}
+		delete(a.unknown, tag)
+	}
+	sc := a.cfg.Segment
+	sc.Tag = tag
+	sc.Loader = segment.LoaderFunc(func(ctx context.Context, size int64) (segment.Grant, error) {
+		return a.load(ctx, tag, size)
+	})
+	sc.Logger = a.cfg.Logger
+	sc.Now = a.cfg.Now
+	b = segment.New(sc)
+	a.buffers[tag] = b
+	return b, nil
+}
+
+// takeFailed forgets the buffer of a tag found unknown and shapes the error.
+func (a *Allocator) takeFailed(tag string, b *segment.Buffer, err error) error {
+	switch {
+	case errors.Is(err, ErrUnknownTag):
+		a.mu.Lock()
+		if a.buffers[tag] == b {
+			delete(a.buffers, tag)
+			if len(a.unknown) >= maxUnknown {
+				clear(a.unknown)
+			}
+			a.unknown[tag] = a.cfg.Now().Add(a.cfg.UnknownTTL)
+		}
+		a.mu.Unlock()
+		go b.Close() // its loads have ended; nothing to wait for under a request
+		return fmt.Errorf("%w: %q", ErrUnknownTag, tag)
+	case errors.Is(err, segment.ErrClosed):
+		return ErrClosed
+	}
+	return err
+}
+
+// Stats returns a snapshot of every loaded tag, sorted by tag.
+func (a *Allocator) Stats() []segment.Stats {
+	a.mu.RLock()
+	bufs := make([]*segment.Buffer, 0, len(a.buffers))
+	for _, b := range a.buffers {
+		bufs = append(bufs, b)
+	}
+	a.mu.RUnlock()
+	out := make([]segment.Stats, 0, len(bufs))
+	for _, b := range bufs {
+		out = append(out, b.Stats())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Tag < out[j].Tag })
+	return out
+}
+
+// TagStats returns a snapshot of one tag's buffer, loading the tag if it is
+// not loaded yet, so that a health check can ask about a tag before its first
+// ID. It returns ErrUnknownTag for a tag the store does not know.
+func (a *Allocator) TagStats(ctx context.Context, tag string) (segment.Stats, error) {
+	b, err := a.buffer(tag)
+	if err != nil {
+		return segment.Stats{}, err
+	}
+	if st := b.Stats(); st.Loads > 0 || st.Refused > 0 {
+		return st, nil
+	}
+	// Never loaded: one load tells whether the tag exists, and the range
+	// it brings serves the next requests.
+	if err := b.Ready(ctx); err != nil {
+		return segment.Stats{}, a.takeFailed(tag, b, err)
+	}
+	return b.Stats(), nil
+}
+
+// Ping reports whether the store can be reached.
+func (a *Allocator) Ping(ctx context.Context) error { return a.cfg.Store.Ping(ctx) }
+
+// Close stops every tag's background loads and waits for them. IDs granted
+// but not handed out are abandoned (a gap). Next fails with ErrClosed after.
+func (a *Allocator) Close(ctx context.Context) error {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return nil
+	}
+	a.closed = true
+	bufs := a.buffers
+	a.mu.Unlock()
+	for tag, b := range bufs {
+		unused := b.Close()
+		for _, r := range unused {
+			a.cfg.Logger.Info("abandoned unused ids on close", "biz_tag", tag, "first", r.First, "last", r.Last, "count", r.Len())
+		}
+	}
+	return ctx.Err()
+}

@@ -1,0 +1,264 @@
+package allocator_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/segment"
+)
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func newAllocator(tb testing.TB, store allocator.Store, mod func(*allocator.Config)) *allocator.Allocator {
+	tb.Helper()
+	cfg := allocator.Config{
+		Store:    store,
+		Logger:   quiet(),
+		RetryMin: time.Millisecond,
+		RetryMax: 5 * time.Millisecond,
+		Segment:  segment.Config{WaitTimeout: 2 * time.Second, LoadTimeout: time.Second},
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	a := allocator.New(cfg)
+	tb.Cleanup(func() { a.Close(context.Background()) })
+	return a
+}
+
+func memStore(tb testing.TB, tags ...string) *allocator.MemStore {
+	tb.Helper()
+	m := allocator.NewMemStore()
+	for _, tag := range tags {
+		if err := m.CreateTag(tag, 10, 0, 1); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return m
+}
+
+func TestAllocator_Next(t *testing.T) {
+	t.Run("hands out increasing ids per tag", func(t *testing.T) {
+		a := newAllocator(t, memStore(t, "order", "user"), nil)
+		for want := int64(1); want <= 100; want++ {
+			for _, tag := range []string{"order", "user"} {
+				got, err := a.Next(context.Background(), tag)
+				if err != nil || got != want {
+					t.Fatalf("Next(%s) = %d, %v; want %d", tag, got, err, want)
+				}
+			}
+		}
+	})
+
+	t.Run("unknown tag", func(t *testing.T) {
+		store := &countingStore{Store: memStore(t, "order")}
+		a := newAllocator(t, store, nil)
+		for range 5 {
+			if _, err := a.Next(context.Background(), "nope"); !errors.Is(err, allocator.ErrUnknownTag) {
+				t.Fatalf("err = %v, want ErrUnknownTag", err)
+			}
+		}
+		if n := store.allocs.Load(); n != 1 {
+			t.Fatalf("store saw %d allocations for an unknown tag, want 1 (cached)", n)
+		}
+		if len(a.Stats()) != 0 {
+			t.Fatalf("an unknown tag left a buffer behind")
+		}
+	})
+
+	t.Run("invalid tag never reaches the store", func(t *testing.T) {
+		store := &countingStore{Store: memStore(t)}
+		a := newAllocator(t, store, nil)
+		for _, tag := range []string{"", "-x", "a b", "ö", string(make([]byte, 65))} {
+			if _, err := a.Next(context.Background(), tag); !errors.Is(err, allocator.ErrInvalidTag) {
+				t.Errorf("Next(%q) err = %v, want ErrInvalidTag", tag, err)
+			}
+		}
+		if store.allocs.Load() != 0 {
+			t.Fatal("invalid tags reached the store")
+		}
+	})
+
+	t.Run("exhausted tag", func(t *testing.T) {
+		m := allocator.NewMemStore()
+		if err := m.CreateTag("big", 10, 0, 1<<63-15); err != nil {
+			t.Fatal(err)
+		}
+		a := newAllocator(t, m, nil)
+		ids, err := a.NextN(context.Background(), "big", 10)
+		if err != nil || ids[9] != 1<<63-6 {
+			t.Fatalf("NextN = %v, %v", ids, err)
+		}
+		if _, err := a.NextN(context.Background(), "big", 10); !errors.Is(err, allocator.ErrExhausted) {
+			t.Fatalf("err = %v, want ErrExhausted", err)
+		}
+	})
+
+	t.Run("closed", func(t *testing.T) {
+		a := newAllocator(t, memStore(t, "order"), nil)
+		a.Next(context.Background(), "order")
+		a.Close(context.Background())
+		if _, err := a.Next(context.Background(), "order"); !errors.Is(err, allocator.ErrClosed) {
+			t.Fatalf("err = %v, want ErrClosed", err)
+		}
+	})
+}
+
+// TestAllocator_LostReply: the store commits the allocation but the reply is
+// lost. The allocator must find the committed range by its request ID
+// instead of allocating a second one.
+func TestAllocator_LostReply(t *testing.T) {
+	m := memStore(t, "order")
+	store := &lossyStore{MemStore: m, loseAfterCommit: 3}
+	a := newAllocator(t, store, nil)
+	ids, err := a.NextN(context.Background(), "order", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range ids {
+		if id != int64(i+1) {
+			t.Fatalf("ids[%d] = %d: a lost reply cost a range (want no gap)", i, id)
+		}
+	}
+	var recovered int64
+	for _, st := range a.Stats() {
+		recovered += st.Recovered
+	}
+	if recovered != 3 {
+		t.Fatalf("recovered = %d, want 3", recovered)
+	}
+}
+
+// TestAllocator_UnsettledRequestResumes: the reply is lost and the store
+// stays unreachable past the load's deadline. The next load must resume the
+// same request ID and serve the range it committed.
+func TestAllocator_UnsettledRequestResumes(t *testing.T) {
+	m := memStore(t, "order")
+	store := &lossyStore{MemStore: m, loseAfterCommit: 1}
+	store.down.Store(true) // every call after the first commit fails
+	a := newAllocator(t, store, func(c *allocator.Config) {
+		c.Segment.LoadTimeout = 30 * time.Millisecond
+		c.Segment.MinBackoff = time.Millisecond
+		c.Segment.MaxBackoff = time.Millisecond
+	})
+	if _, err := a.Next(context.Background(), "order"); !errors.Is(err, allocator.ErrUnavailable) {
+		t.Fatalf("err = %v, want ErrUnavailable", err)
+	}
+	first := store.firstRequest()
+	store.down.Store(false)
+	time.Sleep(5 * time.Millisecond)
+	id, err := a.Next(context.Background(), "order")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id != 1 {
+		t.Fatalf("id = %d, want 1 (the range committed for the lost reply)", id)
+	}
+	if seg, err := m.Lookup(context.Background(), first); err != nil || seg.First != 1 {
+		t.Fatalf("first request %s: %v, %v", first, seg, err)
+	}
+	if tags := m.Tags(); tags[0].MaxID > 20 {
+		t.Fatalf("max_id = %d: the unsettled request was reissued under a new ID", tags[0].MaxID)
+	}
+}
+
+func TestAllocator_Concurrent(t *testing.T) {
+	m := memStore(t, "a", "b")
+	store := &lossyStore{MemStore: m, loseEvery: 7}
+	var all sync.Map
+	var wg sync.WaitGroup
+	for inst := range 4 {
+		a := newAllocator(t, store, func(c *allocator.Config) { c.Instance = fmt.Sprint("i", inst) })
+		for g := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				tag := []string{"a", "b"}[g%2]
+				last := int64(0)
+				for range 1000 {
+					id, err := a.Next(context.Background(), tag)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if id <= last {
+						t.Errorf("id %d after %d", id, last)
+					}
+					last = id
+					if _, dup := all.LoadOrStore(fmt.Sprint(tag, id), true); dup {
+						t.Errorf("duplicate %s %d", tag, id)
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+}
+
+// countingStore counts allocations.
+type countingStore struct {
+	allocator.Store
+	allocs atomic.Int64
+}
+
+func (s *countingStore) Allocate(ctx context.Context, req allocator.Request) (allocator.Segment, error) {
+	s.allocs.Add(1)
+	return s.Store.Allocate(ctx, req)
+}
+
+// lossyStore commits allocations but loses some replies, as a connection
+// that drops after COMMIT would.
+type lossyStore struct {
+	*allocator.MemStore
+	loseAfterCommit int64 // lose the replies of the first N allocations
+	loseEvery       int64 // and of every Nth allocation after that
+	down            atomic.Bool
+	calls           atomic.Int64
+	mu              sync.Mutex
+	first           uuid.UUID
+}
+
+var errLost = fmt.Errorf("%w: connection reset by peer", allocator.ErrAmbiguous)
+
+func (s *lossyStore) Allocate(ctx context.Context, req allocator.Request) (allocator.Segment, error) {
+	n := s.calls.Add(1)
+	if n > 1 && s.down.Load() {
+		return allocator.Segment{}, errLost
+	}
+	seg, err := s.MemStore.Allocate(ctx, req)
+	if err != nil {
+		return seg, err
+	}
+	s.mu.Lock()
+	if s.first == uuid.Nil {
+		s.first = req.ID
+	}
+	s.mu.Unlock()
+	if n <= s.loseAfterCommit || (s.loseEvery > 0 && n%s.loseEvery == 0) {
+		return allocator.Segment{}, errLost
+	}
+	return seg, nil
+}
+
+func (s *lossyStore) Lookup(ctx context.Context, id uuid.UUID) (allocator.Segment, error) {
+	if s.down.Load() {
+		return allocator.Segment{}, errLost
+	}
+	return s.MemStore.Lookup(ctx, id)
+}
+
+func (s *lossyStore) firstRequest() uuid.UUID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.first
+}

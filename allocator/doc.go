@@ -1,0 +1,18 @@
+// Package allocator hands out IDs for many business tags. It owns one
+// segment.Buffer per tag, loaded lazily on the tag's first request, and the
+// background loads that refill them from a Store.
+//
+// Every load is one allocation with one identity: a UUIDv7 request ID chosen
+// before the first attempt and reused by every retry, so a request can never
+// be granted twice. When the reply to an allocation is lost the allocator
+// looks the request ID up and uses the range that was committed; when it
+// cannot tell, it treats the range as used (a gap, never a duplicate).
+//
+//	store, err := allocator.OpenPostgres(ctx, databaseURL, "instance-1")
+//	a := allocator.New(allocator.Config{Store: store})
+//	defer a.Close(ctx)
+//	id, err := a.Next(ctx, "order")
+//
+// Postgres is the production Store; MemStore is an in-memory one for tests
+// and for programs that need IDs unique within one process only.
+package allocator

@@ -1,0 +1,147 @@
+package allocator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/idmint/idmint/segment"
+)
+
+// pendingRequest is an allocation whose outcome is unknown: its reply was
+// lost and no retry settled it before the load gave up. The next load of the
+// tag resumes it with the same request ID instead of starting a new one, so
+// a range committed for it is found and served instead of leaking.
+type pendingRequest struct {
+	req Request
+}
+
+// load fetches one segment for tag: the segment.Loader of every buffer.
+//
+// The request ID is chosen once, before the first attempt. Every retry
+// reuses it, so the store grants it at most once:
+//   - success: the range is ours;
+//   - ErrAlreadyGranted: an earlier attempt committed; look it up;
+//   - ErrUnknownTag, ErrExhausted: final, nothing committed;
+//   - ErrAmbiguous (reply lost): look the request up first, then retry it;
+//   - any other error: nothing committed; retry.
+//
+// Retries pause with exponential backoff and full jitter until ctx ends.
+func (a *Allocator) load(ctx context.Context, tag string, size int64) (segment.Grant, error) {
+	req, uncertain, err := a.request(tag, size)
+	if err != nil {
+		return segment.Grant{}, err
+	}
+	log := a.cfg.Logger.With("biz_tag", tag, "request_id", req.ID)
+	var lastErr error
+	for attempt := 0; ; attempt++ {
+		// An already-granted answer is looked up at once: it is settled.
+		if attempt > 0 && !errors.Is(lastErr, ErrAlreadyGranted) {
+			pause := a.cfg.Jitter(min(a.cfg.RetryMin<<min(attempt, 16), a.cfg.RetryMax))
+			select {
+			case <-time.After(pause):
+			case <-ctx.Done():
+				return segment.Grant{}, a.giveUp(req, uncertain, log, fmt.Errorf("%w (after %d attempts: %w)", ctx.Err(), attempt, lastErr))
+			}
+		}
+		if uncertain {
+			seg, err := a.lookup(ctx, req.ID)
+			if err == nil {
+				return a.recovered(req, seg, log), nil
+			}
+			if !errors.Is(err, ErrNotFound) {
+				lastErr = err
+				continue
+			}
+			// Not committed yet. The original may still be in flight:
+			// retrying the same ID waits behind it and then either wins
+			// or hits ErrAlreadyGranted.
+		}
+		seg, err := a.allocate(ctx, req)
+		switch {
+		case err == nil:
+			a.settle(tag)
+			grant := toGrant(seg, false)
+			log.Info("segment loaded", "first", seg.First, "last", seg.Last, "size", grant.Len(), "asked", size, "attempts", attempt+1)
+			return grant, nil
+		case errors.Is(err, ErrAlreadyGranted):
+			uncertain = true
+		case errors.Is(err, ErrUnknownTag), errors.Is(err, ErrExhausted), errors.Is(err, ErrInvalidTag):
+			a.settle(tag)
+			return segment.Grant{}, err
+		case errors.Is(err, ErrAmbiguous):
+			log.Warn("segment allocation reply lost; will look the request up", "err", err, "attempt", attempt+1)
+			uncertain = true
+		}
+		lastErr = err
+	}
+}
+
+// request returns the allocation to attempt for tag: the unsettled one left
+// by an earlier load, or a new one with a fresh UUIDv7.
+func (a *Allocator) request(tag string, size int64) (Request, bool, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if p, ok := a.pending[tag]; ok {
+		return p.req, true, nil
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return Request{}, false, fmt.Errorf("new request id: %w", err)
+	}
+	return Request{ID: id, Tag: tag, Size: size, Instance: a.cfg.Instance}, false, nil
+}
+
+// giveUp ends a load that ran out of time. An allocation that may have
+// committed is kept, to be resumed by the tag's next load.
+func (a *Allocator) giveUp(req Request, uncertain bool, log interface{ Warn(string, ...any) }, err error) error {
+	if uncertain {
+		a.mu.Lock()
+		a.pending[req.Tag] = &pendingRequest{req: req}
+		a.mu.Unlock()
+		log.Warn("segment allocation unsettled; the next load resumes it", "err", err)
+	}
+	return err
+}
+
+// settle forgets the tag's unsettled allocation: it is now known.
+func (a *Allocator) settle(tag string) {
+	a.mu.Lock()
+	delete(a.pending, tag)
+	a.mu.Unlock()
+}
+
+func (a *Allocator) recovered(req Request, seg Segment, log interface{ Warn(string, ...any) }) segment.Grant {
+	a.settle(req.Tag)
+	log.Warn("RECOVERED segment by request id after a lost reply", "first", seg.First, "last", seg.Last)
+	return toGrant(seg, true)
+}
+
+func (a *Allocator) allocate(ctx context.Context, req Request) (Segment, error) {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.AttemptTimeout)
+	defer cancel()
+	seg, err := a.cfg.Store.Allocate(ctx, req)
+	if err == nil && (seg.RequestID != req.ID || seg.Tag != req.Tag) {
+		return Segment{}, fmt.Errorf("store answered request %s for %q with %s for %q", req.ID, req.Tag, seg.RequestID, seg.Tag)
+	}
+	return seg, err
+}
+
+func (a *Allocator) lookup(ctx context.Context, id uuid.UUID) (Segment, error) {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.AttemptTimeout)
+	defer cancel()
+	return a.cfg.Store.Lookup(ctx, id)
+}
+
+func toGrant(seg Segment, recovered bool) segment.Grant {
+	return segment.Grant{
+		Range:     segment.Range{First: seg.First, Last: seg.Last},
+		MinStep:   seg.Step,
+		MaxStep:   seg.MaxStep,
+		RequestID: seg.RequestID.String(),
+		Recovered: recovered,
+	}
+}

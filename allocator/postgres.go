@@ -1,0 +1,157 @@
+package allocator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idmint/idmint/segment"
+)
+
+var _ Store = (*Postgres)(nil)
+
+// Postgres is the production Store: one row per tag in idmint_tags holds the
+// high-water mark, and idmint_segments logs every granted segment by request
+// ID.
+type Postgres struct {
+	pool *pgxpool.Pool
+}
+
+// OpenPostgres connects to PostgreSQL. The pool's own settings come from the
+// URL (pool_max_conns and friends).
+func OpenPostgres(ctx context.Context, url string) (*Postgres, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = "idmint"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to postgres: %w", err)
+	}
+	return &Postgres{pool: pool}, nil
+}
+
+// NewPostgres returns a Postgres over an existing pool.
+func NewPostgres(pool *pgxpool.Pool) *Postgres { return &Postgres{pool: pool} }
+
+// Pool returns the connection pool.
+func (p *Postgres) Pool() *pgxpool.Pool { return p.pool }
+
+// Close closes the pool.
+func (p *Postgres) Close() { p.pool.Close() }
+
+// allocateSQL bumps max_id and logs the request in ONE statement, so there
+// is no moment where one happened without the other. The size wanted ($2) is
+// bounded by the tag's step and max_step (default 1,000,000). A bump that
+// would pass 2^63-1 matches no row: nothing changes, and the caller tells
+// "exhausted" from "unknown tag". A request ID granted before makes the
+// INSERT fail on the primary key, which rolls the bump back.
+const allocateSQL = `
+WITH wanted AS (
+    SELECT biz_tag, GREATEST(step, LEAST($2::bigint, COALESCE(max_step, $5::bigint)))::bigint AS size
+    FROM idmint_tags WHERE biz_tag = $1
+), bumped AS (
+    UPDATE idmint_tags t
+    SET max_id = t.max_id + w.size, updated_at = now()
+    FROM wanted w
+    WHERE t.biz_tag = w.biz_tag AND t.max_id <= 9223372036854775807 - w.size
+    RETURNING t.biz_tag, t.max_id - w.size + 1 AS first_id, t.max_id AS last_id, t.step, t.max_step
+), logged AS (
+    INSERT INTO idmint_segments (request_id, biz_tag, first_id, last_id, instance)
+    SELECT $3, biz_tag, first_id, last_id, $4 FROM bumped
+    RETURNING request_id
+)
+SELECT b.first_id, b.last_id, b.step, COALESCE(b.max_step, 0)
+FROM bumped b, logged`
+
+// Allocate implements Store.
+func (p *Postgres) Allocate(ctx context.Context, req Request) (Segment, error) {
+	seg := Segment{RequestID: req.ID, Tag: req.Tag}
+	err := p.pool.QueryRow(ctx, allocateSQL, req.Tag, req.Size, req.ID, req.Instance, int64(segment.DefaultMaxStep)).
+		Scan(&seg.First, &seg.Last, &seg.Step, &seg.MaxStep)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Segment{}, p.whyNoRow(ctx, req.Tag)
+	}
+	if err != nil {
+		return Segment{}, classify("allocate", err)
+	}
+	return seg, nil
+}
+
+// whyNoRow tells an unknown tag from an exhausted one after an allocation
+// that changed nothing.
+func (p *Postgres) whyNoRow(ctx context.Context, tag string) error {
+	var maxID int64
+	err := p.pool.QueryRow(ctx, `SELECT max_id FROM idmint_tags WHERE biz_tag = $1`, tag).Scan(&maxID)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("%w: %q", ErrUnknownTag, tag)
+	case err != nil:
+		// The allocation itself committed nothing: not ambiguous.
+		return fmt.Errorf("allocate %q: %w", tag, err)
+	}
+	return fmt.Errorf("%w: %q at max_id %d", ErrExhausted, tag, maxID)
+}
+
+// Lookup implements Store.
+func (p *Postgres) Lookup(ctx context.Context, id uuid.UUID) (Segment, error) {
+	seg := Segment{RequestID: id}
+	err := p.pool.QueryRow(ctx, `
+SELECT s.biz_tag, s.first_id, s.last_id, t.step, COALESCE(t.max_step, 0)
+FROM idmint_segments s JOIN idmint_tags t USING (biz_tag)
+WHERE s.request_id = $1`, id).Scan(&seg.Tag, &seg.First, &seg.Last, &seg.Step, &seg.MaxStep)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Segment{}, ErrNotFound
+	}
+	if err != nil {
+		return Segment{}, fmt.Errorf("lookup request %s: %w", id, err)
+	}
+	return seg, nil
+}
+
+// Ping implements Store.
+func (p *Postgres) Ping(ctx context.Context) error {
+	if err := p.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("ping postgres: %w", err)
+	}
+	return nil
+}
+
+// Prune deletes segment-log rows older than age. Lookups only ever need
+// the last minutes; the log is kept longer for audits.
+func (p *Postgres) Prune(ctx context.Context, age time.Duration) (int64, error) {
+	tag, err := p.pool.Exec(ctx, `DELETE FROM idmint_segments WHERE granted_at < now() - $1::interval`, age)
+	if err != nil {
+		return 0, fmt.Errorf("prune segment log: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// classify sorts an error from the allocation statement:
+//   - a unique violation on the request ID: granted before (ErrAlreadyGranted);
+//   - any other error from the server (*pgconn.PgError): the statement
+//     failed, so its implicit transaction committed nothing;
+//   - an error pgconn knows happened before anything was sent: nothing
+//     committed;
+//   - anything else (connection lost, timeout after sending): the statement
+//     may have committed (ErrAmbiguous).
+func classify(op string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		if pgErr.Code == "23505" && pgErr.ConstraintName == "idmint_segments_pkey" {
+			return ErrAlreadyGranted
+		}
+		return fmt.Errorf("%s: server refused, nothing committed: %w", op, err)
+	}
+	if pgconn.SafeToRetry(err) {
+		return fmt.Errorf("%s: not sent: %w", op, err)
+	}
+	return fmt.Errorf("%s: %w: %w", op, ErrAmbiguous, err)
+}

@@ -1,0 +1,521 @@
+package segment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Errors returned by a Buffer.
+var (
+	// ErrUnavailable means both ranges are empty and no new range arrived in
+	// time. The wrapped error, if any, is the last load failure.
+	ErrUnavailable = errors.New("no ids available")
+	// ErrClosed means the buffer was closed.
+	ErrClosed = errors.New("buffer closed")
+	// ErrRolledBack means a granted range started at or below the highest ID
+	// this buffer was ever granted: the database went back in time.
+	ErrRolledBack = errors.New("granted range is below ids already granted (database rolled back?)")
+)
+
+// Range is an inclusive range of IDs.
+type Range struct {
+	First, Last int64
+}
+
+// Len returns the number of IDs in r.
+func (r Range) Len() int64 { return r.Last - r.First + 1 }
+
+// Grant is a range handed to a buffer by its Loader.
+type Grant struct {
+	Range
+	// MinStep and MaxStep are the tag's bounds when the range was granted;
+	// MaxStep 0 means DefaultMaxStep.
+	MinStep, MaxStep int64
+	// RequestID identifies the allocation that produced the range.
+	RequestID string
+	// Recovered is true when the reply to the allocation was lost and the
+	// range was found again by its request ID.
+	Recovered bool
+}
+
+// Loader fetches the next range for a buffer. size 0 asks for the tag's own
+// step. Load may grant another size than asked (the store has the last word).
+type Loader interface {
+	Load(ctx context.Context, size int64) (Grant, error)
+}
+
+// LoaderFunc adapts a function to the Loader interface.
+type LoaderFunc func(ctx context.Context, size int64) (Grant, error)
+
+// Load calls f(ctx, size).
+func (f LoaderFunc) Load(ctx context.Context, size int64) (Grant, error) { return f(ctx, size) }
+
+// Config configures a Buffer. Zero fields take the defaults named.
+type Config struct {
+	Tag    string
+	Loader Loader
+	// Period is the target life of one range (default 15m).
+	Period time.Duration
+	// Threshold is the used fraction of the current range that starts the
+	// background fetch of the next one (default 0.1, as in Leaf).
+	Threshold float64
+	// WaitTimeout bounds how long a caller waits when both ranges are empty
+	// (default 2s).
+	WaitTimeout time.Duration
+	// LoadTimeout bounds one background load (default 10s).
+	LoadTimeout time.Duration
+	// MinBackoff and MaxBackoff bound the pause after a failed load
+	// (defaults 100ms and 5s); during it callers with nothing to serve fail
+	// fast instead of piling onto a failing database.
+	MinBackoff, MaxBackoff time.Duration
+	// Floor is the highest ID already known to be granted for the tag; the
+	// buffer refuses any range that starts at or below it.
+	Floor  int64
+	Logger *slog.Logger
+	Now    func() time.Time
+}
+
+func (c *Config) setDefaults() {
+	if c.Period <= 0 {
+		c.Period = 15 * time.Minute
+	}
+	if c.Threshold <= 0 || c.Threshold >= 1 {
+		c.Threshold = 0.1
+	}
+	if c.WaitTimeout <= 0 {
+		c.WaitTimeout = 2 * time.Second
+	}
+	if c.LoadTimeout <= 0 {
+		c.LoadTimeout = 10 * time.Second
+	}
+	if c.MinBackoff <= 0 {
+		c.MinBackoff = 100 * time.Millisecond
+	}
+	if c.MaxBackoff < c.MinBackoff {
+		c.MaxBackoff = max(5*time.Second, c.MinBackoff)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// span is a range being served. next is the next ID to hand out; it only
+// grows, so every value returned by next.Add is handed out at most once.
+type span struct {
+	Range
+	prefetchAt int64 // the first ID whose take starts the next fetch
+	next       atomic.Int64
+}
+
+func newSpan(r Range, threshold float64) *span {
+	s := &span{Range: r}
+	// Taking prefetchAt makes the used fraction reach the threshold.
+	s.prefetchAt = r.First + max(int64(math.Ceil(float64(r.Len())*threshold))-1, 0)
+	s.next.Store(r.First)
+	return s
+}
+
+// take hands out one ID, or ok=false when the span is used up.
+func (s *span) take() (id int64, ok bool) {
+	id = s.next.Add(1) - 1
+	// id < First only after next wrapped past MaxInt64.
+	return id, id >= s.First && id <= s.Last
+}
+
+// takeN hands out up to n consecutive IDs.
+func (s *span) takeN(n int64) (r Range, ok bool) {
+	start := s.next.Add(n) - n
+	if start < s.First || start > s.Last {
+		return Range{}, false
+	}
+	last := s.Last
+	if n-1 < s.Last-start {
+		last = start + n - 1
+	}
+	return Range{First: start, Last: last}, true
+}
+
+// used returns how many IDs of s were handed out.
+func (s *span) used() int64 {
+	n := s.next.Load()
+	if n < s.First || n > s.Last {
+		return s.Len()
+	}
+	return n - s.First
+}
+
+// exhaust marks s used up and returns its untouched tail, if any.
+func (s *span) exhaust() (tail Range, ok bool) {
+	n := s.next.Swap(s.Last + 1)
+	if n < s.First || n > s.Last {
+		return Range{}, false
+	}
+	return Range{First: n, Last: s.Last}, true
+}
+
+// Buffer is one tag's double buffer: the range being served and the next one.
+// It is safe for concurrent use.
+type Buffer struct {
+	cfg Config
+
+	// cur is the range being served; read without the lock on the fast path.
+	cur atomic.Pointer[span]
+	// wantNext is true when no next range is ready and no load is in
+	// flight, so that crossing the threshold must start one.
+	wantNext atomic.Bool
+	// retryAt (unix nanos) holds back new loads after a failure.
+	retryAt atomic.Int64
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // background loads
+
+	mu        sync.Mutex // protects the fields below and switching cur
+	next      *span
+	loading   bool
+	loadDone  chan struct{} // closed when the load in flight ends
+	lastErr   error
+	backoff   time.Duration
+	closed    bool
+	highest   int64 // highest ID ever granted: the anti-rollback floor
+	step      int64 // size of the last granted range
+	minStep   int64
+	maxStep   int64
+	rateAt    time.Time // start of the rate window
+	rateIDs   int64     // IDs issued at rateAt
+	retired   int64     // IDs issued from ranges no longer current
+	abandoned int64
+	counters  counters
+}
+
+type counters struct {
+	loads, failures, refused, recovered int64
+	lastLatency, totalLatency           time.Duration
+	lastLoadAt                          time.Time
+	lastRequestID                       string
+}
+
+// New returns a buffer for one tag. It loads nothing until the first Take.
+func New(cfg Config) *Buffer {
+	cfg.setDefaults()
+	b := &Buffer{cfg: cfg, highest: cfg.Floor}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.wantNext.Store(true)
+	return b
+}
+
+// Tag returns the tag the buffer serves.
+func (b *Buffer) Tag() string { return b.cfg.Tag }
+
+// Take returns the next ID. It only waits when both ranges are empty, and
+// then at most WaitTimeout.
+func (b *Buffer) Take(ctx context.Context) (int64, error) {
+	if s := b.cur.Load(); s != nil {
+		if id, ok := s.take(); ok {
+			b.maybePrefetch(s, id)
+			return id, nil
+		}
+	}
+	r, err := b.takeSlow(ctx, 1)
+	return r.First, err
+}
+
+// TakeN appends up to n IDs to dst and returns it. It returns an error, and
+// the IDs taken so far, when the buffer runs dry before n.
+func (b *Buffer) TakeN(ctx context.Context, n int, dst []int64) ([]int64, error) {
+	for left := int64(n); left > 0; {
+		var r Range
+		var ok bool
+		if s := b.cur.Load(); s != nil {
+			if r, ok = s.takeN(left); ok {
+				b.maybePrefetch(s, r.Last)
+			}
+		}
+		if !ok {
+			var err error
+			if r, err = b.takeSlow(ctx, left); err != nil {
+				return dst, err
+			}
+		}
+		for id := r.First; ; id++ {
+			dst = append(dst, id)
+			if id == r.Last {
+				break
+			}
+		}
+		left -= r.Len()
+	}
+	return dst, nil
+}
+
+// Ready waits, at most WaitTimeout, until the buffer has an ID to hand out,
+// loading the first range if needed. It takes no ID.
+func (b *Buffer) Ready(ctx context.Context) error {
+	_, err := b.takeSlow(ctx, 0)
+	return err
+}
+
+func (b *Buffer) maybePrefetch(s *span, id int64) {
+	if id < s.prefetchAt || !b.wantNext.Load() {
+		return
+	}
+	if b.cfg.Now().UnixNano() < b.retryAt.Load() {
+		return
+	}
+	b.mu.Lock()
+	b.startLoadLocked()
+	b.mu.Unlock()
+}
+
+// takeSlow switches to the next range or waits for a load, at most
+// WaitTimeout. n == 0 only waits for an ID to be available.
+func (b *Buffer) takeSlow(ctx context.Context, n int64) (Range, error) {
+	timer := time.NewTimer(b.cfg.WaitTimeout)
+	defer timer.Stop()
+	for {
+		b.mu.Lock()
+		if b.closed {
+			b.mu.Unlock()
+			return Range{}, ErrClosed
+		}
+		if r, ok := b.takeLocked(n); ok {
+			b.mu.Unlock()
+			return r, nil
+		}
+		if !b.loading {
+			if err := b.failFastLocked(); err != nil {
+				b.mu.Unlock()
+				return Range{}, err
+			}
+			b.startLoadLocked()
+		}
+		done := b.loadDone
+		b.mu.Unlock()
+
+		select {
+		case <-done:
+		case <-timer.C:
+			return Range{}, fmt.Errorf("%w: tag %q: no segment within %v", ErrUnavailable, b.cfg.Tag, b.cfg.WaitTimeout)
+		case <-ctx.Done():
+			return Range{}, fmt.Errorf("%w: tag %q: %w", ErrUnavailable, b.cfg.Tag, ctx.Err())
+		}
+	}
+}
+
+// takeLocked takes from the current range, switching to the next when the
+// current one is used up.
+func (b *Buffer) takeLocked(n int64) (Range, bool) {
+	for {
+		s := b.cur.Load()
+		if n == 0 && s != nil && s.used() < s.Len() {
+			return Range{}, true // Ready: something to hand out
+		}
+		if s != nil && n > 0 {
+			if r, ok := s.takeN(n); ok {
+				if r.Last >= s.prefetchAt && b.wantNext.Load() &&
+					b.cfg.Now().UnixNano() >= b.retryAt.Load() {
+					b.startLoadLocked()
+				}
+				return r, true
+			}
+		}
+		if b.next == nil {
+			return Range{}, false
+		}
+		b.switchLocked()
+	}
+}
+
+// switchLocked retires the current range (used up) and serves the next.
+func (b *Buffer) switchLocked() {
+	if s := b.cur.Load(); s != nil {
+		b.retired += s.Len()
+	}
+	b.cur.Store(b.next)
+	b.next = nil
+	b.wantNext.Store(!b.loading)
+}
+
+// failFastLocked returns the error to give callers while a failed load's
+// backoff runs, so that they do not wait on a database that just failed.
+func (b *Buffer) failFastLocked() error {
+	if b.lastErr == nil {
+		return nil
+	}
+	if wait := time.Duration(b.retryAt.Load() - b.cfg.Now().UnixNano()); wait > 0 {
+		return &UnavailableError{Tag: b.cfg.Tag, RetryAfter: wait, Err: b.lastErr}
+	}
+	return nil
+}
+
+// UnavailableError is returned while the buffer backs off after a failed
+// load. It matches ErrUnavailable with errors.Is and wraps the load error.
+type UnavailableError struct {
+	Tag        string
+	RetryAfter time.Duration
+	Err        error
+}
+
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("tag %q: no ids available, retry in %v: %v", e.Tag, e.RetryAfter.Round(time.Millisecond), e.Err)
+}
+
+// Is reports ErrUnavailable.
+func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
+
+// Unwrap returns the load error.
+func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// startLoadLocked starts a background load unless one is in flight, a next
+// range is ready, or the buffer is closed.
+func (b *Buffer) startLoadLocked() {
+	if b.closed || b.loading || b.next != nil {
+		return
+	}
+	size := b.nextSizeLocked()
+	b.loading = true
+	b.loadDone = make(chan struct{})
+	b.wantNext.Store(false)
+	b.wg.Add(1)
+	go b.load(size, b.loadDone)
+}
+
+// nextSizeLocked applies the step policy to the rate seen since the last
+// load started.
+func (b *Buffer) nextSizeLocked() int64 {
+	now := b.cfg.Now()
+	issued := b.issuedLocked()
+	size := int64(0) // the tag's own step, for the first load
+	if b.step > 0 {
+		p := StepPolicy{Min: b.minStep, Max: b.maxStep, Period: b.cfg.Period}
+		size = p.Next(b.step, issued-b.rateIDs, now.Sub(b.rateAt))
+	}
+	b.rateAt, b.rateIDs = now, issued
+	return size
+}
+
+func (b *Buffer) issuedLocked() int64 {
+	n := b.retired
+	if s := b.cur.Load(); s != nil {
+		n += s.used()
+	}
+	return n
+}
+
+// load runs one Loader call and installs its result.
+func (b *Buffer) load(size int64, done chan struct{}) {
+	defer b.wg.Done()
+	ctx, cancel := context.WithTimeout(b.ctx, b.cfg.LoadTimeout)
+	start := b.cfg.Now()
+	g, err := b.cfg.Loader.Load(ctx, size)
+	cancel()
+	latency := b.cfg.Now().Sub(start)
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	defer close(done)
+	b.loading = false
+	b.counters.lastLatency = latency
+	if err == nil {
+		err = b.checkLocked(g)
+	}
+	if err != nil {
+		b.failedLocked(err)
+		return
+	}
+	b.grantedLocked(g, latency)
+}
+
+// checkLocked refuses malformed ranges and ranges at or below the highest ID
+// ever granted: serving them could repeat IDs.
+func (b *Buffer) checkLocked(g Grant) error {
+	if g.Last < g.First || g.First < 1 {
+		return fmt.Errorf("loader returned an invalid range [%d, %d]", g.First, g.Last)
+	}
+	if g.First <= b.highest {
+		b.counters.refused++
+		b.cfg.Logger.Error("REFUSED segment: it starts at or below an id already granted to this instance; the database went back in time (restored backup or lagging replica?); bump the tag past the old high-water mark",
+			"biz_tag", b.cfg.Tag, "first", g.First, "last", g.Last, "highest_granted", b.highest, "request_id", g.RequestID)
+		return fmt.Errorf("%w: range [%d, %d], highest granted %d", ErrRolledBack, g.First, g.Last, b.highest)
+	}
+	return nil
+}
+
+func (b *Buffer) failedLocked(err error) {
+	b.counters.failures++
+	b.lastErr = err
+	b.backoff = min(max(2*b.backoff, b.cfg.MinBackoff), b.cfg.MaxBackoff)
+	b.retryAt.Store(b.cfg.Now().Add(b.backoff).UnixNano())
+	b.wantNext.Store(!b.closed)
+	if !errors.Is(err, context.Canceled) {
+		b.cfg.Logger.Warn("segment load failed", "biz_tag", b.cfg.Tag, "err", err, "retry_in", b.backoff)
+	}
+}
+
+func (b *Buffer) grantedLocked(g Grant, latency time.Duration) {
+	b.highest = g.Last
+	b.step = g.Len()
+	b.minStep, b.maxStep = g.MinStep, g.MaxStep
+	b.lastErr, b.backoff = nil, 0
+	b.retryAt.Store(0)
+	c := &b.counters
+	c.loads++
+	c.totalLatency += latency
+	c.lastLoadAt = b.cfg.Now()
+	c.lastRequestID = g.RequestID
+	if g.Recovered {
+		c.recovered++
+	}
+	if b.closed {
+		b.abandoned += g.Len()
+		return
+	}
+	sp := newSpan(g.Range, b.cfg.Threshold)
+	if cur := b.cur.Load(); cur == nil || cur.used() >= cur.Len() {
+		b.next = sp
+		b.switchLocked()
+		return
+	}
+	b.next = sp
+	b.wantNext.Store(false)
+}
+
+// Close stops background loads, waits for them, and returns the ranges that
+// were granted but never handed out: the current range's tail and the next
+// range, oldest first. Take fails with ErrClosed afterwards.
+func (b *Buffer) Close() []Range {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	b.wantNext.Store(false)
+	var unused []Range
+	if s := b.cur.Load(); s != nil {
+		if tail, ok := s.exhaust(); ok {
+			unused = append(unused, tail)
+			// exhaust made the tail look used; it was not issued.
+			b.retired -= tail.Len()
+		}
+	}
+	if b.next != nil {
+		unused = append(unused, b.next.Range)
+	}
+	for _, r := range unused {
+		b.abandoned += r.Len()
+	}
+	b.mu.Unlock()
+	b.cancel()
+	b.wg.Wait()
+	return unused
+}

@@ -1,0 +1,349 @@
+package segment_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idmint/idmint/segment"
+)
+
+// counterLoader grants consecutive ranges like the database would.
+type counterLoader struct {
+	mu      sync.Mutex
+	maxID   int64
+	minStep int64
+	sizes   []int64 // sizes asked for
+	fail    error   // when set, Load fails with it
+	block   chan struct{}
+	loads   atomic.Int64
+}
+
+func (l *counterLoader) Load(ctx context.Context, size int64) (segment.Grant, error) {
+	if l.block != nil {
+		select {
+		case <-l.block:
+		case <-ctx.Done():
+			return segment.Grant{}, ctx.Err()
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.loads.Add(1)
+	l.sizes = append(l.sizes, size)
+	if l.fail != nil {
+		return segment.Grant{}, l.fail
+	}
+	if size < l.minStep {
+		size = l.minStep
+	}
+	first := l.maxID + 1
+	l.maxID += size
+	return segment.Grant{Range: segment.Range{First: first, Last: l.maxID}, MinStep: l.minStep}, nil
+}
+
+func (l *counterLoader) setFail(err error) {
+	l.mu.Lock()
+	l.fail = err
+	l.mu.Unlock()
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func newBuffer(tb testing.TB, l segment.Loader, mod func(*segment.Config)) *segment.Buffer {
+	tb.Helper()
+	cfg := segment.Config{Tag: "t", Loader: l, Logger: quiet(), WaitTimeout: 2 * time.Second}
+	if mod != nil {
+		mod(&cfg)
+	}
+	b := segment.New(cfg)
+	tb.Cleanup(func() { b.Close() })
+	return b
+}
+
+func waitFor(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestBuffer_Take(t *testing.T) {
+	t.Run("sequential across many ranges", func(t *testing.T) {
+		l := &counterLoader{minStep: 10}
+		b := newBuffer(t, l, nil)
+		for want := int64(1); want <= 1000; want++ {
+			got, err := b.Take(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != want {
+				t.Fatalf("Take = %d, want %d", got, want)
+			}
+		}
+		if st := b.Stats(); st.Issued != 1000 {
+			t.Fatalf("Issued = %d, want 1000", st.Issued)
+		}
+	})
+
+	t.Run("prefetches the next range after the threshold", func(t *testing.T) {
+		l := &counterLoader{minStep: 100}
+		b := newBuffer(t, l, nil)
+		for range 9 {
+			if _, err := b.Take(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if st := b.Stats(); st.NextRange != nil || st.Loads != 1 {
+			t.Fatalf("before the threshold: next=%v loads=%d, want none and 1", st.NextRange, st.Loads)
+		}
+		if _, err := b.Take(context.Background()); err != nil { // the 10th ID: 10% used
+			t.Fatal(err)
+		}
+		waitFor(t, "next range", func() bool { return b.Stats().NextRange != nil })
+		st := b.Stats()
+		if st.NextRange.First != 101 || st.Current.First != 1 || st.Remaining != 90 {
+			t.Fatalf("after prefetch: current=%v next=%v remaining=%d", st.Current, st.NextRange, st.Remaining)
+		}
+	})
+
+	t.Run("switches without waiting when the next range is ready", func(t *testing.T) {
+		l := &counterLoader{minStep: 10}
+		b := newBuffer(t, l, nil)
+		for range 2 {
+			b.Take(context.Background())
+		}
+		waitFor(t, "next range", func() bool { return b.Stats().NextRange != nil })
+		l.setFail(errors.New("database down")) // the switch must not need the loader
+		for want := int64(3); want <= 20; want++ {
+			got, err := b.Take(context.Background())
+			if err != nil || got != want {
+				t.Fatalf("Take = %d, %v; want %d", got, err, want)
+			}
+		}
+	})
+}
+
+func TestBuffer_TakeN(t *testing.T) {
+	l := &counterLoader{minStep: 7}
+	b := newBuffer(t, l, nil)
+	ids, err := b.TakeN(context.Background(), 50, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range ids {
+		if id != int64(i+1) {
+			t.Fatalf("ids[%d] = %d, want %d", i, id, i+1)
+		}
+	}
+	if len(ids) != 50 {
+		t.Fatalf("len = %d, want 50", len(ids))
+	}
+}
+
+// TestBuffer_Concurrent takes from many goroutines with a tiny step so the
+// ranges switch constantly: no ID twice, each goroutine's IDs increasing.
+func TestBuffer_Concurrent(t *testing.T) {
+	l := &counterLoader{minStep: 3}
+	b := newBuffer(t, l, func(c *segment.Config) { c.Period = time.Nanosecond }) // keep the step small
+	const workers, each = 32, 2000
+	results := make([][]int64, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				id, err := b.Take(context.Background())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				results[w] = append(results[w], id)
+			}
+		}()
+	}
+	wg.Wait()
+	seen := make(map[int64]bool, workers*each)
+	for w, ids := range results {
+		for i, id := range ids {
+			if seen[id] {
+				t.Fatalf("duplicate id %d", id)
+			}
+			seen[id] = true
+			if i > 0 && id <= ids[i-1] {
+				t.Fatalf("worker %d: id %d after %d", w, id, ids[i-1])
+			}
+		}
+	}
+	if len(seen) != workers*each {
+		t.Fatalf("got %d ids, want %d", len(seen), workers*each)
+	}
+	if st := b.Stats(); st.Issued != workers*each || st.Loads < workers*each/1000 {
+		t.Fatalf("Issued=%d Loads=%d", st.Issued, st.Loads)
+	}
+}
+
+func TestBuffer_Unavailable(t *testing.T) {
+	t.Run("fails fast when the loader fails", func(t *testing.T) {
+		l := &counterLoader{minStep: 10, fail: errors.New("connection refused")}
+		b := newBuffer(t, l, func(c *segment.Config) { c.MinBackoff = time.Hour })
+		_, err := b.Take(context.Background())
+		if !errors.Is(err, segment.ErrUnavailable) {
+			t.Fatalf("err = %v, want ErrUnavailable", err)
+		}
+		start := time.Now()
+		_, err = b.Take(context.Background())
+		var ue *segment.UnavailableError
+		if !errors.As(err, &ue) || ue.RetryAfter <= 0 {
+			t.Fatalf("second Take err = %v, want UnavailableError with RetryAfter", err)
+		}
+		if l.loads.Load() != 1 {
+			t.Fatalf("loads = %d, want 1: callers must not hammer a failing loader", l.loads.Load())
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("fail-fast Take took %v", d)
+		}
+		if st := b.Stats(); st.LoadFailures != 1 || st.Serving || st.LastError == "" {
+			t.Fatalf("stats = %+v", st)
+		}
+	})
+
+	t.Run("recovers when the loader heals", func(t *testing.T) {
+		l := &counterLoader{minStep: 10, fail: errors.New("down")}
+		b := newBuffer(t, l, func(c *segment.Config) { c.MinBackoff = time.Millisecond; c.MaxBackoff = time.Millisecond })
+		if _, err := b.Take(context.Background()); err == nil {
+			t.Fatal("Take succeeded with a failing loader")
+		}
+		l.setFail(nil)
+		time.Sleep(5 * time.Millisecond)
+		if id, err := b.Take(context.Background()); err != nil || id != 1 {
+			t.Fatalf("Take = %d, %v; want 1", id, err)
+		}
+	})
+
+	t.Run("waits at most WaitTimeout for a hung loader", func(t *testing.T) {
+		l := &counterLoader{minStep: 10, block: make(chan struct{})}
+		b := newBuffer(t, l, func(c *segment.Config) { c.WaitTimeout = 50 * time.Millisecond })
+		_, err := b.Take(context.Background())
+		if !errors.Is(err, segment.ErrUnavailable) {
+			t.Fatalf("err = %v, want ErrUnavailable", err)
+		}
+		close(l.block)
+	})
+
+	t.Run("honours the caller's context", func(t *testing.T) {
+		l := &counterLoader{minStep: 10, block: make(chan struct{})}
+		b := newBuffer(t, l, func(c *segment.Config) { c.WaitTimeout = time.Hour })
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		if _, err := b.Take(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v, want DeadlineExceeded", err)
+		}
+		close(l.block)
+	})
+}
+
+func TestBuffer_AntiRollback(t *testing.T) {
+	l := &counterLoader{minStep: 10}
+	b := newBuffer(t, l, func(c *segment.Config) { c.MinBackoff = time.Hour })
+	ids, err := b.TakeN(context.Background(), 20, nil) // ranges [1,10] and [11,20] granted
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "prefetch", func() bool { st := b.Stats(); return st.NextRange != nil })
+	ids, _ = b.TakeN(context.Background(), 10, ids) // [21,30] served; highest granted is 30 or more
+	waitFor(t, "prefetch", func() bool { st := b.Stats(); return !st.Loading })
+	highest := b.Stats().Highest
+
+	// The database goes back in time: max_id restored to 5.
+	l.mu.Lock()
+	l.maxID = 5
+	l.mu.Unlock()
+
+	for {
+		id, err := b.Take(context.Background())
+		if err != nil {
+			if !errors.Is(err, segment.ErrRolledBack) {
+				t.Fatalf("err = %v, want ErrRolledBack", err)
+			}
+			break
+		}
+		ids = append(ids, id)
+	}
+	seen := map[int64]bool{}
+	for _, id := range ids {
+		if seen[id] {
+			t.Fatalf("duplicate %d served after rollback", id)
+		}
+		seen[id] = true
+		if id > highest {
+			t.Fatalf("served %d from a refused range (highest granted before rollback %d)", id, highest)
+		}
+	}
+	if st := b.Stats(); st.Refused != 1 || st.Serving {
+		t.Fatalf("Refused=%d Serving=%v, want 1 and false", st.Refused, st.Serving)
+	}
+}
+
+func TestBuffer_Close(t *testing.T) {
+	l := &counterLoader{minStep: 10}
+	b := segment.New(segment.Config{Tag: "t", Loader: l, Logger: quiet(), Period: time.Nanosecond})
+	for range 3 {
+		b.Take(context.Background())
+	}
+	waitFor(t, "next range", func() bool { return b.Stats().NextRange != nil })
+	unused := b.Close()
+	want := []segment.Range{{First: 4, Last: 10}, {First: 11, Last: 20}}
+	if len(unused) != 2 || unused[0] != want[0] || unused[1] != want[1] {
+		t.Fatalf("unused = %v, want %v", unused, want)
+	}
+	if _, err := b.Take(context.Background()); !errors.Is(err, segment.ErrClosed) {
+		t.Fatalf("Take after Close: %v, want ErrClosed", err)
+	}
+	if st := b.Stats(); st.Abandoned != 17 || st.Issued != 3 {
+		t.Fatalf("Abandoned=%d Issued=%d, want 17 and 3", st.Abandoned, st.Issued)
+	}
+}
+
+func TestBuffer_DynamicStep(t *testing.T) {
+	var now atomic.Int64
+	clock := func() time.Time { return time.Unix(0, now.Load()) }
+	l := &counterLoader{minStep: 100}
+	b := newBuffer(t, l, func(c *segment.Config) { c.Now = clock; c.Period = time.Minute })
+
+	take := func(n int, every time.Duration) {
+		t.Helper()
+		for range n {
+			now.Add(int64(every))
+			if _, err := b.Take(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitFor(t, "loads to settle", func() bool { return !b.Stats().Loading })
+	}
+	// 1,000 IDs/s with a one-minute period wants ranges of ~60,000.
+	take(5000, time.Millisecond)
+	grown := b.Stats().Step
+	if grown < 10_000 {
+		t.Fatalf("step after a fast period = %d, want it grown far past 100", grown)
+	}
+	// Then traffic almost stops: each load halves the step, never below min.
+	for range 20 {
+		st := b.Stats()
+		remaining := st.Remaining
+		take(int(remaining)+1, time.Minute)
+	}
+	if st := b.Stats(); st.Step != 100 {
+		t.Fatalf("step after a slow period = %d, want the minimum 100", st.Step)
+	}
+}

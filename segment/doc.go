@@ -1,0 +1,20 @@
+// Package segment holds one business tag's double buffer of ID ranges.
+//
+// A Buffer serves IDs from its current range with a single atomic add. Once a
+// threshold of the current range has been used it asks its Loader, in the
+// background, for the next range, sized by a StepPolicy so that one range lasts
+// about a target period. When the current range runs dry the buffer switches to
+// the next one under a short lock. Callers never spin: if both ranges are empty
+// they wait a bounded time for the fetch in flight, then get ErrUnavailable.
+//
+// A Buffer never serves a range that starts at or below the highest ID it was
+// ever granted (anti-rollback): such a range, from a restored backup or a
+// lagging replica, is refused and counted, and the buffer keeps asking.
+//
+//	b := segment.New(segment.Config{Tag: "order", Loader: loader})
+//	defer b.Close()
+//	id, err := b.Take(ctx)
+//
+// The package knows nothing of SQL or HTTP; the allocator package supplies the
+// Loader.
+package segment
