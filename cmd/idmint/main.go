@@ -1,0 +1,33 @@
+// Command idmint serves unique 64-bit IDs per business tag from PostgreSQL.
+//
+//	idmint serve --database-url postgres://… [--migrate]
+//	idmint migrate --database-url postgres://…
+//	idmint tag create order --step 1000
+//	idmint tag list
+//	idmint tag set-step order 5000
+//	idmint tag bump order --to 1000000
+//
+// Every flag can also be set by an IDMINT_* environment variable: --listen is
+// IDMINT_LISTEN, --database-url is IDMINT_DATABASE_URL. A flag given on the
+// command line wins.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if err != errUsage {
+			fmt.Fprintln(os.Stderr, "idmint:", err)
+		}
+		os.Exit(exitCode(err))
+	}
+}

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"strings"
+)
+
+// errUsage is returned after usage was printed; main exits 2 without more.
+var errUsage = errors.New("usage")
+
+func exitCode(err error) int {
+	if errors.Is(err, errUsage) {
+		return 2
+	}
+	return 1
+}
+
+const usage = `idmint hands out unique 64-bit IDs per business tag, backed by PostgreSQL.
+
+Usage:
+  idmint serve [flags]                   run the HTTP service
+  idmint migrate [flags]                 apply database migrations
+  idmint tag create NAME [--step N] [--max-step N] [--start N] [--description S]
+  idmint tag list
+  idmint tag set-step NAME STEP [--max-step N]
+  idmint tag bump NAME (--to N | --by N)  raise max_id after a database restore
+  idmint healthcheck [--url URL]         exit 0 if /id/health answers 200
+  idmint version
+
+Every flag has an environment equivalent: --database-url is IDMINT_DATABASE_URL,
+--listen is IDMINT_LISTEN, and so on. Run "idmint COMMAND -h" for its flags.
+`
+
+// run is the whole program; main only wires it to the process.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errUsage
+	}
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "serve":
+		return runServe(ctx, rest, stdout, stderr)
+	case "migrate":
+		return runMigrate(ctx, rest, stdout, stderr)
+	case "tag":
+		return runTag(ctx, rest, stdout, stderr)
+	case "healthcheck":
+		return runHealthcheck(ctx, rest, stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "idmint", version())
+		return nil
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprintf(stderr, "idmint: unknown command %q\n\n%s", cmd, usage)
+		return errUsage
+	}
+}
+
+// parseFlags parses args, then fills every flag not given on the command
+// line from its IDMINT_* environment variable. Positional arguments may come
+// before, between or after flags; they are returned in order.
+func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, errUsage
+			}
+			return nil, errUsage
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] || err != nil {
+			return
+		}
+		name := envName(f.Name)
+		if v, ok := os.LookupEnv(name); ok {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("%s=%q: %w", name, v, e)
+			}
+		}
+	})
+	return positional, err
+}
+
+func envName(flagName string) string {
+	return "IDMINT_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// newFlagSet returns a flag set whose usage names its environment variables.
+func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: %s\n\nFlags (environment variable in brackets):\n", synopsis)
+		fs.VisitAll(func(f *flag.Flag) {
+			def := ""
+			if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+				def = fmt.Sprintf(" (default %s)", f.DefValue)
+			}
+			fmt.Fprintf(stderr, "  --%s [%s]\n      %s%s\n", f.Name, envName(f.Name), f.Usage, def)
+		})
+	}
+	return fs
+}
+
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/httpapi"
+	"github.com/idmint/idmint/segment"
+)
+
+type serveConfig struct {
+	databaseURL     string
+	listen          string
+	migrate         bool
+	instance        string
+	maxCount        int
+	requestTimeout  time.Duration
+	period          time.Duration
+	threshold       float64
+	waitTimeout     time.Duration
+	loadTimeout     time.Duration
+	shutdownTimeout time.Duration
+	pruneAfter      time.Duration
+	accessLog       bool
+	log             logConfig
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var c serveConfig
+	fs := newFlagSet("serve", "idmint serve [flags]", stderr)
+	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL URL, e.g. postgres://user:pass@host:5432/db")
+	fs.StringVar(&c.listen, "listen", ":8080", "HTTP listen address")
+	fs.BoolVar(&c.migrate, "migrate", false, "apply database migrations before serving")
+	fs.StringVar(&c.instance, "instance", defaultInstance(), "name of this instance in the segment log and /id/health")
+	fs.IntVar(&c.maxCount, "max-count", 1000, "largest count accepted by /ids")
+	fs.DurationVar(&c.requestTimeout, "request-timeout", 5*time.Second, "longest time one HTTP request may take")
+	fs.DurationVar(&c.period, "segment-period", 15*time.Minute, "target life of one segment: the dynamic step aims for it")
+	fs.Float64Var(&c.threshold, "prefetch-threshold", 0.1, "used fraction of a segment that starts fetching the next one")
+	fs.DurationVar(&c.waitTimeout, "wait-timeout", 2*time.Second, "longest a request waits for a segment when both buffers are empty")
+	fs.DurationVar(&c.loadTimeout, "load-timeout", 10*time.Second, "longest one segment load may retry")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "longest graceful shutdown waits for in-flight requests")
+	fs.DurationVar(&c.pruneAfter, "prune-after", 7*24*time.Hour, "delete segment-log rows older than this (0 keeps them)")
+	fs.BoolVar(&c.accessLog, "access-log", true, "log one line per HTTP request")
+	c.log.register(fs)
+	if _, err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	logger, err := c.log.logger(stderr)
+	if err != nil {
+		return err
+	}
+	if c.databaseURL == "" {
+		return errors.New("no database: set --database-url or IDMINT_DATABASE_URL (see README: running PostgreSQL)")
+	}
+	return serve(ctx, c, logger)
+}
+
+func serve(ctx context.Context, c serveConfig, logger *slog.Logger) error {
+	store, err := openPostgres(ctx, c.databaseURL, c.migrate, logger)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	alloc := allocator.New(allocator.Config{
+		Store:    store,
+		Instance: c.instance,
+		Logger:   logger,
+		Segment: segment.Config{
+			Period:      c.period,
+			Threshold:   c.threshold,
+			WaitTimeout: c.waitTimeout,
+			LoadTimeout: c.loadTimeout,
+		},
+	})
+	api := httpapi.NewServer(httpapi.Config{
+		Allocator:      alloc,
+		Instance:       c.instance,
+		MaxCount:       c.maxCount,
+		RequestTimeout: c.requestTimeout,
+		AccessLog:      c.accessLog,
+		Logger:         logger,
+	})
+	srv := &http.Server{
+		Handler:           api,
+		ReadHeaderTimeout: 5 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	ln, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		alloc.Close(ctx)
+		return fmt.Errorf("listen on %s: %w", c.listen, err)
+	}
+	logger.Info("idmint serving", "listen", ln.Addr().String(), "instance", c.instance, "version", version())
+
+	var wg sync.WaitGroup
+	bg, stopBG := context.WithCancel(context.Background())
+	if c.pruneAfter > 0 {
+		wg.Go(func() { prune(bg, store, c.pruneAfter, logger) })
+	}
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	select {
+	case err = <-serveErr:
+		err = fmt.Errorf("http server: %w", err)
+	case <-ctx.Done():
+		logger.Info("shutting down: draining in-flight requests", "timeout", c.shutdownTimeout)
+		sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
+		if e := srv.Shutdown(sctx); e != nil {
+			logger.Warn("graceful shutdown cut short", "err", e)
+		}
+		cancel()
+	}
+	stopBG()
+	wg.Wait()
+	cctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
+	defer cancel()
+	alloc.Close(cctx)
+	logger.Info("idmint stopped")
+	return err
+}
+
+// prune deletes old segment-log rows every hour.
+func prune(ctx context.Context, store *allocator.Postgres, age time.Duration, logger *slog.Logger) {
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		n, err := store.Prune(ctx, age)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			logger.Warn("prune segment log", "err", err)
+		case n > 0:
+			logger.Info("pruned segment log", "rows", n, "older_than", age)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func defaultInstance() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "idmint"
+	}
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
+}
+
+// logConfig holds the logging flags shared by every command.
+type logConfig struct {
+	format string
+	level  string
+}
+
+func (l *logConfig) register(fs *flag.FlagSet) {
+	fs.StringVar(&l.format, "log-format", "auto", "log format: auto (JSON unless stderr is a terminal), json or text")
+	fs.StringVar(&l.level, "log-level", "info", "log level: debug, info, warn or error")
+}
+
+func (l *logConfig) logger(w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(l.level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", l.level)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	format := l.format
+	if format == "auto" {
+		format = "json"
+		if f, ok := w.(*os.File); ok {
+			if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+				format = "text"
+			}
+		}
+	}
+	switch format {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want auto, json or text", l.format)
+}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+
+	"github.com/idmint/idmint/allocator"
+)
+
+const tagUsage = `Usage:
+  idmint tag create NAME [--step N] [--max-step N] [--start N] [--description S]
+  idmint tag list
+  idmint tag set-step NAME STEP [--max-step N]
+  idmint tag bump NAME (--to N | --by N)
+`
+
+func runTag(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, tagUsage)
+		return errUsage
+	}
+	sub, args := args[0], args[1:]
+	fs := newFlagSet("tag "+sub, "idmint tag "+sub+" …", stderr)
+	url := fs.String("database-url", "", "PostgreSQL URL")
+	var (
+		spec     allocator.TagSpec
+		to, by   int64
+		wantArgs int
+	)
+	switch sub {
+	case "create":
+		fs.Int64Var(&spec.Step, "step", 1000, "minimum segment size")
+		fs.Int64Var(&spec.MaxStep, "max-step", 0, "maximum segment size (0: 1,000,000)")
+		fs.Int64Var(&spec.Start, "start", 1, "first ID to hand out")
+		fs.StringVar(&spec.Description, "description", "", "what the tag is for")
+		wantArgs = 1
+	case "list":
+	case "set-step":
+		fs.Int64Var(&spec.MaxStep, "max-step", 0, "maximum segment size (0: 1,000,000)")
+		wantArgs = 2
+	case "bump":
+		fs.Int64Var(&to, "to", 0, "raise max_id to at least N")
+		fs.Int64Var(&by, "by", 0, "raise max_id by N")
+		wantArgs = 1
+	default:
+		fmt.Fprintf(stderr, "idmint tag: unknown subcommand %q\n\n%s", sub, tagUsage)
+		return errUsage
+	}
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != wantArgs {
+		fmt.Fprint(stderr, tagUsage)
+		return errUsage
+	}
+	if *url == "" {
+		return errors.New("no database: set --database-url or IDMINT_DATABASE_URL")
+	}
+	store, err := allocator.OpenPostgres(ctx, *url)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	var tags []allocator.Tag
+	switch sub {
+	case "create":
+		spec.Name = pos[0]
+		t, err := store.CreateTag(ctx, spec)
+		if err != nil {
+			return err
+		}
+		tags = []allocator.Tag{t}
+	case "list":
+		if tags, err = store.Tags(ctx); err != nil {
+			return err
+		}
+	case "set-step":
+		step, err := strconv.ParseInt(pos[1], 10, 64)
+		if err != nil {
+			return fmt.Errorf("step %q: not a whole number", pos[1])
+		}
+		t, err := store.SetStep(ctx, pos[0], step, spec.MaxStep)
+		if err != nil {
+			return err
+		}
+		tags = []allocator.Tag{t}
+	case "bump":
+		t, err := store.Bump(ctx, pos[0], to, by)
+		if err != nil {
+			return err
+		}
+		tags = []allocator.Tag{t}
+	}
+	printTags(stdout, tags)
+	return nil
+}
+
+func printTags(w io.Writer, tags []allocator.Tag) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "BIZ_TAG\tMAX_ID\tSTEP\tMAX_STEP\tDESCRIPTION")
+	for _, t := range tags {
+		maxStep := "-"
+		if t.MaxStep > 0 {
+			maxStep = strconv.FormatInt(t.MaxStep, 10)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", t.Name, t.MaxID, t.Step, maxStep, t.Description)
+	}
+	tw.Flush()
+}

@@ -1,0 +1,188 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/idmint/idmint/segment"
+)
+
+// Health statuses.
+const (
+	StatusOK          = "ok"          // serving, database reachable
+	StatusDegraded    = "degraded"    // serving from memory, but something needs attention
+	StatusUnavailable = "unavailable" // not serving
+)
+
+// HealthVersion is the version of the /id/health document. It changes only
+// when a field changes meaning or goes away.
+const HealthVersion = 1
+
+// Health is the /id/health document.
+type Health struct {
+	Version  int            `json:"version"`
+	Status   string         `json:"status"`
+	Instance string         `json:"instance,omitempty"`
+	Time     time.Time      `json:"time"`
+	Database DatabaseHealth `json:"database"`
+	Tags     []TagHealth    `json:"tags"`
+}
+
+// DatabaseHealth reports whether the store answered a ping.
+type DatabaseHealth struct {
+	Reachable bool    `json:"reachable"`
+	LatencyMS float64 `json:"latency_ms"`
+	Error     string  `json:"error,omitempty"`
+}
+
+// RangeJSON is a range of IDs; IDs are strings, as everywhere in the API.
+type RangeJSON struct {
+	First int64 `json:"first,string"`
+	Last  int64 `json:"last,string"`
+}
+
+// TagHealth is one tag's buffer.
+type TagHealth struct {
+	Tag     string `json:"biz_tag"`
+	Serving bool   `json:"serving"`
+	// Current is the range being served; Next the next ID it will hand out.
+	Current        *RangeJSON `json:"current"`
+	Next           int64      `json:"next_id,string"`
+	Remaining      int64      `json:"remaining"`
+	RemainingRatio float64    `json:"remaining_ratio"`
+	NextReady      bool       `json:"next_ready"`
+	NextRange      *RangeJSON `json:"next_range"`
+	Loading        bool       `json:"loading"`
+	Step           int64      `json:"step"`
+	MinStep        int64      `json:"min_step"`
+	MaxStep        int64      `json:"max_step"`
+	SegmentLoads   int64      `json:"segment_loads"`
+	LastLoadMS     float64    `json:"last_load_latency_ms"`
+	AvgLoadMS      float64    `json:"avg_load_latency_ms"`
+	LastLoadAt     *time.Time `json:"last_load_at"`
+	LoadFailures   int64      `json:"load_failures"`
+	Recovered      int64      `json:"recovered_replies"`
+	Refused        int64      `json:"refused_ranges"`
+	Issued         int64      `json:"ids_issued"`
+	Abandoned      int64      `json:"ids_abandoned"`
+	LastError      string     `json:"last_error,omitempty"`
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	var stats []segment.Stats
+	if _, ok := r.URL.Query()["biz_tag"]; ok {
+		tag, err := parseTag(r.URL.Query())
+		if err != nil {
+			writeError(w, r, s.cfg.Logger, err)
+			return
+		}
+		st, err := s.cfg.Allocator.TagStats(r.Context(), tag)
+		if err != nil && st.Tag == "" {
+			if e := toAPIError(err); e.status != http.StatusServiceUnavailable {
+				writeError(w, r, s.cfg.Logger, err)
+				return
+			}
+			// Known or not, it cannot be served now: report it as such.
+			st = segment.Stats{Tag: tag, LastError: err.Error()}
+		}
+		stats = []segment.Stats{st}
+	} else {
+		stats = s.cfg.Allocator.Stats()
+	}
+	h := s.health(r.Context(), stats)
+	status := http.StatusOK
+	if h.Status == StatusUnavailable {
+		status = http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, h)
+}
+
+// health builds the document. The status is:
+//   - unavailable when some tag asked about cannot serve without waiting on
+//     an unreachable database, or no tag is loaded and the database is
+//     unreachable;
+//   - degraded when every tag serves but the database is unreachable, a
+//     load failed since the last success, or a range was refused;
+//   - ok otherwise.
+func (s *Server) health(ctx context.Context, stats []segment.Stats) Health {
+	h := Health{Version: HealthVersion, Instance: s.cfg.Instance, Time: s.cfg.Now().UTC(), Tags: make([]TagHealth, 0, len(stats))}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.PingTimeout)
+	start := s.cfg.Now()
+	err := s.cfg.Allocator.Ping(ctx)
+	cancel()
+	h.Database.LatencyMS = ms(s.cfg.Now().Sub(start))
+	h.Database.Reachable = err == nil
+	if err != nil {
+		h.Database.Error = "database unreachable"
+	}
+
+	serving, troubled := true, !h.Database.Reachable
+	for _, st := range stats {
+		h.Tags = append(h.Tags, tagHealth(st))
+		// A tag that cannot serve is only fatal when the database is gone
+		// too; otherwise its next request loads it.
+		if !st.Serving && !h.Database.Reachable {
+			serving = false
+		}
+		if st.LastError != "" || st.Refused > 0 {
+			troubled = true
+		}
+	}
+	if len(stats) == 0 && !h.Database.Reachable {
+		serving = false
+	}
+	switch {
+	case !serving:
+		h.Status = StatusUnavailable
+	case troubled:
+		h.Status = StatusDegraded
+	default:
+		h.Status = StatusOK
+	}
+	return h
+}
+
+func tagHealth(st segment.Stats) TagHealth {
+	th := TagHealth{
+		Tag:            st.Tag,
+		Serving:        st.Serving,
+		Next:           st.Next,
+		Remaining:      st.Remaining,
+		RemainingRatio: st.RemainingRatio,
+		NextReady:      st.NextRange != nil,
+		Loading:        st.Loading,
+		Step:           st.Step,
+		MinStep:        st.MinStep,
+		MaxStep:        st.MaxStep,
+		SegmentLoads:   st.Loads,
+		LastLoadMS:     ms(st.LastLoadLatency),
+		AvgLoadMS:      ms(st.AvgLoadLatency),
+		LoadFailures:   st.LoadFailures,
+		Recovered:      st.Recovered,
+		Refused:        st.Refused,
+		Issued:         st.Issued,
+		Abandoned:      st.Abandoned,
+		LastError:      st.LastError,
+	}
+	if th.MaxStep == 0 && st.Loads > 0 {
+		th.MaxStep = segment.DefaultMaxStep
+	}
+	if st.Current != nil {
+		th.Current = &RangeJSON{First: st.Current.First, Last: st.Current.Last}
+	}
+	if st.NextRange != nil {
+		th.NextRange = &RangeJSON{First: st.NextRange.First, Last: st.NextRange.Last}
+	}
+	if !st.LastLoadAt.IsZero() {
+		t := st.LastLoadAt.UTC()
+		th.LastLoadAt = &t
+	}
+	return th
+}
+
+func ms(d time.Duration) float64 {
+	v, _ := strconv.ParseFloat(strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 3, 64), 64)
+	return v
+}

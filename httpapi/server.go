@@ -1,0 +1,100 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+
+	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/segment"
+)
+
+// Allocator is what the API needs from an allocator.Allocator.
+type Allocator interface {
+	Next(ctx context.Context, tag string) (int64, error)
+	NextN(ctx context.Context, tag string, n int) ([]int64, error)
+	Stats() []segment.Stats
+	TagStats(ctx context.Context, tag string) (segment.Stats, error)
+	Ping(ctx context.Context) error
+}
+
+var _ Allocator = (*allocator.Allocator)(nil)
+
+// Config configures a Server. Zero fields take the defaults named.
+type Config struct {
+	Allocator Allocator
+	// Instance names this process in /id/health.
+	Instance string
+	// MaxCount bounds count in /ids (default 1000).
+	MaxCount int
+	// RequestTimeout bounds one request (default 5s).
+	RequestTimeout time.Duration
+	// PingTimeout bounds the database check of /id/health (default 1s).
+	PingTimeout time.Duration
+	// AccessLog logs one line per request.
+	AccessLog bool
+	Logger    *slog.Logger
+	Now       func() time.Time
+}
+
+// Server is the HTTP API. It is an http.Handler.
+type Server struct {
+	cfg    Config
+	router chi.Router
+}
+
+// NewServer returns the API over cfg.Allocator.
+func NewServer(cfg Config) *Server {
+	if cfg.MaxCount <= 0 {
+		cfg.MaxCount = 1000
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 5 * time.Second
+	}
+	if cfg.PingTimeout <= 0 {
+		cfg.PingTimeout = time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &Server{cfg: cfg}
+	r := chi.NewRouter()
+	r.Use(middleware.RequestID)
+	if cfg.AccessLog {
+		r.Use(s.accessLog)
+	}
+	r.Use(s.recoverer)
+	r.Use(timeout(cfg.RequestTimeout))
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, r, s.cfg.Logger, &apiError{status: http.StatusNotFound, code: CodeNotFound, message: "no such endpoint: " + r.URL.Path})
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, r, s.cfg.Logger, &apiError{status: http.StatusMethodNotAllowed, code: CodeMethod, message: "method " + r.Method + " not allowed; use GET"})
+	})
+	r.Get("/id", s.handleID)
+	r.Get("/ids", s.handleIDs)
+	r.Get("/id/health", s.handleHealth)
+	s.router = r
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+
+// Router returns the chi router, so that a program can mount more routes.
+func (s *Server) Router() chi.Router { return s.router }
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
