@@ -1,0 +1,214 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idmint/idmint/internal/pgtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+// idmint runs one command in-process and returns its output.
+func idmint(tb testing.TB, args ...string) string {
+	tb.Helper()
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), args, &out, &errOut); err != nil {
+		tb.Fatalf("idmint %s: %v\n%s", strings.Join(args, " "), err, errOut.String())
+	}
+	return out.String()
+}
+
+func freeAddr(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startServe runs "idmint serve" in-process on a free loopback port and
+// returns its base URL; the server is stopped (as by SIGTERM) on cleanup.
+func startServe(tb testing.TB, args ...string) (string, func()) {
+	tb.Helper()
+	addr := freeAddr(tb)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	logs := &syncBuffer{}
+	go func() {
+		done <- run(ctx, append([]string{"serve", "--listen", addr, "--log-format", "json"}, args...), io.Discard, logs)
+	}()
+	base := "http://" + addr
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(base + "/id/health")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("serve did not come up: %v\n%s", err, logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				tb.Errorf("serve: %v\n%s", err, logs.String())
+			}
+		})
+	}
+	tb.Cleanup(stop)
+	return base, stop
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func getJSON(tb testing.TB, url string, v any) int {
+	tb.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		tb.Fatalf("%s: %v", url, err)
+	}
+	return resp.StatusCode
+}
+
+// TestEndToEnd drives the real binary's commands against real PostgreSQL
+// and real HTTP: migrate, create a tag, serve, get IDs, restart, get larger
+// IDs.
+func TestEndToEnd(t *testing.T) {
+	url := pgtest.Shared(t).NewDatabase(t)
+	t.Setenv("IDMINT_DATABASE_URL", url)
+
+	if out := idmint(t, "migrate", "--log-format", "json"); !strings.Contains(out, "schema version 1") {
+		t.Fatalf("migrate: %s", out)
+	}
+	idmint(t, "tag", "create", "order", "--step", "50", "--description", "orders")
+	idmint(t, "tag", "create", "user", "--start", "1000000")
+	if out := idmint(t, "tag", "set-step", "order", "20", "--max-step", "40"); !strings.Contains(out, "order    0       20    40") {
+		t.Fatalf("set-step: %q", out)
+	}
+	list := idmint(t, "tag", "list")
+	if !strings.Contains(list, "order") || !strings.Contains(list, "999999") {
+		t.Fatalf("list: %s", list)
+	}
+
+	base, stop := startServe(t)
+	var one struct {
+		Tag string `json:"biz_tag"`
+		ID  string `json:"id"`
+	}
+	if status := getJSON(t, base+"/id?biz_tag=order", &one); status != 200 || one.ID != "1" {
+		t.Fatalf("/id: %d %+v", status, one)
+	}
+	var many struct{ IDs []string }
+	if status := getJSON(t, base+"/ids?biz_tag=user&count=5", &many); status != 200 || len(many.IDs) != 5 || many.IDs[0] != "1000000" {
+		t.Fatalf("/ids: %d %+v", status, many)
+	}
+	var e struct{ Error struct{ Code string } }
+	if status := getJSON(t, base+"/id?biz_tag=missing", &e); status != 404 || e.Error.Code != "unknown_tag" {
+		t.Fatalf("unknown: %d %+v", status, e)
+	}
+	var h struct {
+		Status string
+		Tags   []struct {
+			Tag    string `json:"biz_tag"`
+			Issued int64  `json:"ids_issued"`
+		}
+	}
+	if status := getJSON(t, base+"/id/health", &h); status != 200 || h.Status != "ok" || len(h.Tags) != 2 {
+		t.Fatalf("health: %d %+v", status, h)
+	}
+	stop()
+
+	// A restarted instance hands out IDs above every ID handed out before.
+	base, _ = startServe(t)
+	if status := getJSON(t, base+"/id?biz_tag=order", &one); status != 200 {
+		t.Fatalf("after restart: %d %+v", status, one)
+	}
+	var id int64
+	fmt.Sscan(one.ID, &id)
+	if id <= 1 {
+		t.Fatalf("after restart: id %d, want > 1", id)
+	}
+}
+
+func TestServe_NeedsDatabase(t *testing.T) {
+	t.Setenv("IDMINT_DATABASE_URL", "")
+	err := run(context.Background(), []string{"serve"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "IDMINT_DATABASE_URL") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	tests := []struct {
+		name   string
+		args   []string
+		env    map[string]string
+		listen string
+		step   int64
+		pos    []string
+	}{
+		{"defaults", nil, nil, ":8080", 1000, nil},
+		{"environment", nil, map[string]string{"IDMINT_LISTEN": ":9090", "IDMINT_STEP": "7"}, ":9090", 7, nil},
+		{"flag beats environment", []string{"--listen", ":1"}, map[string]string{"IDMINT_LISTEN": ":9090"}, ":1", 1000, nil},
+		{"positional anywhere", []string{"a", "--step", "5", "b"}, nil, ":8080", 5, []string{"a", "b"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			fs := flag.NewFlagSet("x", flag.ContinueOnError)
+			listen := fs.String("listen", ":8080", "")
+			step := fs.Int64("step", 1000, "")
+			pos, err := parseFlags(fs, tt.args)
+			if err != nil || *listen != tt.listen || *step != tt.step || fmt.Sprint(pos) != fmt.Sprint(tt.pos) {
+				t.Fatalf("got %q %d %v %v", *listen, *step, pos, err)
+			}
+		})
+	}
+	t.Run("bad environment value", func(t *testing.T) {
+		t.Setenv("IDMINT_STEP", "many")
+		fs := flag.NewFlagSet("x", flag.ContinueOnError)
+		fs.Int64("step", 1, "")
+		if _, err := parseFlags(fs, nil); err == nil || !strings.Contains(err.Error(), "IDMINT_STEP") {
+			t.Fatalf("err = %v", err)
+		}
+	})
+}
