@@ -1,0 +1,29 @@
+package allocator_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/idmint/idmint/allocator"
+)
+
+// An allocator embedded in a program. MemStore keeps IDs unique within this
+// process; use allocator.OpenPostgres for IDs unique across processes.
+func Example() {
+	ctx := context.Background()
+	store := allocator.NewMemStore()
+	if err := store.CreateTag("order", 100, 0, 1000); err != nil {
+		panic(err)
+	}
+	a := allocator.New(allocator.Config{Store: store, Logger: quiet()})
+	defer a.Close(ctx)
+
+	id, _ := a.Next(ctx, "order")
+	ids, _ := a.NextN(ctx, "order", 3)
+	_, err := a.Next(ctx, "invoice")
+	fmt.Println(id, ids)
+	fmt.Println(err)
+	// Output:
+	// 1000 [1001 1002 1003]
+	// unknown biz_tag: "invoice"
+}
