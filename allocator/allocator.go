@@ -181,7 +181,7 @@ func (a *Allocator) takeFailed(tag string, b *segment.Buffer, err error) error {
 			a.unknown[tag] = a.cfg.Now().Add(a.cfg.UnknownTTL)
 		}
 		a.mu.Unlock()
-		go b.Close() // its loads have ended; nothing to wait for under a request
+		b.Close() // its load has ended: this only stops a late retry
 		return fmt.Errorf("%w: %q", ErrUnknownTag, tag)
 	case errors.Is(err, segment.ErrClosed):
 		return ErrClosed
