@@ -4,38 +4,74 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
+var _ Admin = (*Postgres)(nil)
+
+// Admin manages a store's tags: what `idmint tag` and an operator need.
+// Postgres, SQLite and MemStore implement it.
+type Admin interface {
+	// CreateTag adds a tag. It returns ErrExists if the tag exists.
+	CreateTag(ctx context.Context, spec TagSpec) (Tag, error)
+	// Tags returns every tag, sorted by name.
+	Tags(ctx context.Context) ([]Tag, error)
+	// SetStep changes a tag's minimum and maximum segment size (maxStep 0
+	// unsets the maximum). Instances apply it from their next segment load.
+	SetStep(ctx context.Context, name string, step, maxStep int64) (Tag, error)
+	// Bump raises a tag's max_id to at least to, or by by: the operator's
+	// way out after the database went back in time (restored backup,
+	// lagging replica). It never lowers max_id.
+	Bump(ctx context.Context, name string, to, by int64) (Tag, error)
+}
+
+// DefaultStep is the step of a tag created without one.
+const DefaultStep = 1000
+
 // TagSpec describes a tag to create.
 type TagSpec struct {
 	Name        string
-	Step        int64 // minimum segment size (default 1000)
+	Step        int64 // minimum segment size (default DefaultStep)
 	MaxStep     int64 // maximum segment size; 0 leaves it unset (1,000,000)
 	Start       int64 // first ID to hand out (default 1)
 	Description string
 }
 
-// CreateTag adds a tag. It returns ErrExists if the tag exists.
-func (p *Postgres) CreateTag(ctx context.Context, spec TagSpec) (Tag, error) {
+// withDefaults fills spec's defaults and checks it against the bounds the
+// schemas enforce, so every store refuses the same specs with the same words.
+func (spec TagSpec) withDefaults() (TagSpec, error) {
 	if err := ValidateTag(spec.Name); err != nil {
-		return Tag{}, err
+		return TagSpec{}, err
 	}
 	if spec.Step == 0 {
-		spec.Step = 1000
+		spec.Step = DefaultStep
 	}
 	if spec.Start == 0 {
 		spec.Start = 1
 	}
 	if err := checkSteps(spec.Step, spec.MaxStep); err != nil {
-		return Tag{}, err
+		return TagSpec{}, err
 	}
 	if spec.Start < 1 {
-		return Tag{}, fmt.Errorf("start %d: must be at least 1", spec.Start)
+		return TagSpec{}, fmt.Errorf("start %d: must be at least 1", spec.Start)
 	}
-	t, err := p.scanTag(p.pool.QueryRow(ctx, `
+	if n := utf8.RuneCountInString(spec.Description); n > 1000 {
+		return TagSpec{}, fmt.Errorf("description: %d characters, at most 1000", n)
+	}
+	return spec, nil
+}
+
+// CreateTag implements Admin.
+func (p *Postgres) CreateTag(ctx context.Context, spec TagSpec) (Tag, error) {
+	spec, err := spec.withDefaults()
+	if err != nil {
+		return Tag{}, err
+	}
+	t, err := scanTag(p.pool.QueryRow(ctx, `
 INSERT INTO idmint_tags (biz_tag, max_id, step, max_step, description)
 VALUES ($1, $2, $3, NULLIF($4, 0), $5)
 RETURNING `+tagColumns, spec.Name, spec.Start-1, spec.Step, spec.MaxStep, spec.Description))
@@ -46,17 +82,16 @@ RETURNING `+tagColumns, spec.Name, spec.Start-1, spec.Step, spec.MaxStep, spec.D
 	return t, err
 }
 
-// Tags returns every tag, sorted by name.
+// Tags implements Admin.
 func (p *Postgres) Tags(ctx context.Context) ([]Tag, error) {
 	rows, err := p.pool.Query(ctx, `SELECT `+tagColumns+` FROM idmint_tags ORDER BY biz_tag`)
 	if err != nil {
 		return nil, fmt.Errorf("list tags: %w", err)
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Tag, error) { return p.scanTag(row) })
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Tag, error) { return scanTag(row) })
 }
 
-// SetStep changes a tag's minimum and maximum segment size (maxStep 0
-// unsets the maximum). Instances apply it from their next segment load.
+// SetStep implements Admin.
 func (p *Postgres) SetStep(ctx context.Context, name string, step, maxStep int64) (Tag, error) {
 	if err := checkSteps(step, maxStep); err != nil {
 		return Tag{}, err
@@ -64,19 +99,17 @@ func (p *Postgres) SetStep(ctx context.Context, name string, step, maxStep int64
 	return p.updateTag(ctx, name, `step = $2, max_step = NULLIF($3, 0)`, step, maxStep)
 }
 
-// Bump raises a tag's max_id to at least to, or by by: the operator's way out
-// after the database went back in time (restored backup, lagging replica).
-// It never lowers max_id.
+// Bump implements Admin.
 func (p *Postgres) Bump(ctx context.Context, name string, to, by int64) (Tag, error) {
-	if to < 0 || by < 0 || (to == 0) == (by == 0) {
-		return Tag{}, errors.New("bump: give exactly one of --to N or --by N, positive")
+	if err := checkBump(to, by); err != nil {
+		return Tag{}, err
 	}
 	return p.updateTag(ctx, name,
 		`max_id = GREATEST(max_id, CASE WHEN $2::bigint > 0 THEN $2::bigint ELSE max_id + $3::bigint END)`, to, by)
 }
 
 func (p *Postgres) updateTag(ctx context.Context, name, set string, args ...any) (Tag, error) {
-	t, err := p.scanTag(p.pool.QueryRow(ctx,
+	t, err := scanTag(p.pool.QueryRow(ctx,
 		`UPDATE idmint_tags SET `+set+`, updated_at = now() WHERE biz_tag = $1 RETURNING `+tagColumns,
 		append([]any{name}, args...)...))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -87,7 +120,10 @@ func (p *Postgres) updateTag(ctx context.Context, name, set string, args ...any)
 
 const tagColumns = `biz_tag, max_id, step, COALESCE(max_step, 0), description`
 
-func (p *Postgres) scanTag(row pgx.Row) (Tag, error) {
+// rowScanner is a row of pgx or database/sql.
+type rowScanner interface{ Scan(dest ...any) error }
+
+func scanTag(row rowScanner) (Tag, error) {
 	var t Tag
 	if err := row.Scan(&t.Name, &t.MaxID, &t.Step, &t.MaxStep, &t.Description); err != nil {
 		return Tag{}, err
@@ -104,4 +140,23 @@ func checkSteps(step, maxStep int64) error {
 		return fmt.Errorf("max_step %d: must be between step (%d) and %d", maxStep, step, limit)
 	}
 	return nil
+}
+
+func checkBump(to, by int64) error {
+	if to < 0 || by < 0 || (to == 0) == (by == 0) {
+		return errors.New("bump: give exactly one of --to N or --by N, positive")
+	}
+	return nil
+}
+
+// bumped returns the max_id a Bump of maxID sets: never lower than maxID,
+// and never past 2^63-1.
+func bumped(maxID, to, by int64) (int64, error) {
+	if to > 0 {
+		return max(maxID, to), nil
+	}
+	if by > math.MaxInt64-maxID {
+		return 0, fmt.Errorf("bump by %d: %w", by, ErrExhausted)
+	}
+	return maxID + by, nil
 }

@@ -40,7 +40,7 @@ func memStore(tb testing.TB, tags ...string) *allocator.MemStore {
 	tb.Helper()
 	m := allocator.NewMemStore()
 	for _, tag := range tags {
-		if err := m.CreateTag(tag, 10, 0, 1); err != nil {
+		if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: tag, Step: 10}); err != nil {
 			tb.Fatal(err)
 		}
 	}
@@ -91,7 +91,7 @@ func TestAllocator_Next(t *testing.T) {
 
 	t.Run("exhausted tag", func(t *testing.T) {
 		m := allocator.NewMemStore()
-		if err := m.CreateTag("big", 10, 0, 1<<63-15); err != nil {
+		if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "big", Step: 10, Start: 1<<63 - 15}); err != nil {
 			t.Fatal(err)
 		}
 		a := newAllocator(t, m, nil)

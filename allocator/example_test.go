@@ -12,7 +12,7 @@ import (
 func Example() {
 	ctx := context.Background()
 	store := allocator.NewMemStore()
-	if err := store.CreateTag("order", 100, 0, 1000); err != nil {
+	if _, err := store.CreateTag(ctx, allocator.TagSpec{Name: "order", Step: 100, Start: 1000}); err != nil {
 		panic(err)
 	}
 	a := allocator.New(allocator.Config{Store: store, Logger: quiet()})

@@ -10,7 +10,10 @@ import (
 	"github.com/google/uuid"
 )
 
-var _ Store = (*MemStore)(nil)
+var (
+	_ Store = (*MemStore)(nil)
+	_ Admin = (*MemStore)(nil)
+)
 
 // MemStore is a Store in memory, with the same semantics as Postgres. IDs
 // are unique only for as long as the MemStore lives: use it in tests, or in
@@ -26,21 +29,23 @@ func NewMemStore() *MemStore {
 	return &MemStore{tags: map[string]*Tag{}, requests: map[uuid.UUID]Segment{}}
 }
 
-// CreateTag adds a tag whose first ID will be start (at least 1).
-func (m *MemStore) CreateTag(name string, step, maxStep, start int64) error {
-	if err := ValidateTag(name); err != nil {
-		return err
+// CreateTag implements Admin.
+func (m *MemStore) CreateTag(ctx context.Context, spec TagSpec) (Tag, error) {
+	spec, err := spec.withDefaults()
+	if err != nil {
+		return Tag{}, err
 	}
-	if step < 1 || (maxStep != 0 && maxStep < step) || start < 1 {
-		return fmt.Errorf("create tag %q: invalid step %d, max_step %d or start %d", name, step, maxStep, start)
+	if err := ctx.Err(); err != nil {
+		return Tag{}, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.tags[name]; ok {
-		return fmt.Errorf("%w: %q", ErrExists, name)
+	if _, ok := m.tags[spec.Name]; ok {
+		return Tag{}, fmt.Errorf("%w: %q", ErrExists, spec.Name)
 	}
-	m.tags[name] = &Tag{Name: name, MaxID: start - 1, Step: step, MaxStep: maxStep}
-	return nil
+	t := &Tag{Name: spec.Name, MaxID: spec.Start - 1, Step: spec.Step, MaxStep: spec.MaxStep, Description: spec.Description}
+	m.tags[spec.Name] = t
+	return *t, nil
 }
 
 // SetMaxID sets a tag's high-water mark, as a restored backup would.
@@ -50,8 +55,11 @@ func (m *MemStore) SetMaxID(name string, maxID int64) {
 	m.tags[name].MaxID = maxID
 }
 
-// Tags returns the tags, sorted by name.
-func (m *MemStore) Tags() []Tag {
+// Tags implements Admin.
+func (m *MemStore) Tags(ctx context.Context) ([]Tag, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make([]Tag, 0, len(m.tags))
@@ -59,7 +67,50 @@ func (m *MemStore) Tags() []Tag {
 		out = append(out, *t)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
+	return out, nil
+}
+
+// SetStep implements Admin.
+func (m *MemStore) SetStep(ctx context.Context, name string, step, maxStep int64) (Tag, error) {
+	if err := checkSteps(step, maxStep); err != nil {
+		return Tag{}, err
+	}
+	return m.update(ctx, name, func(t *Tag) error {
+		t.Step, t.MaxStep = step, maxStep
+		return nil
+	})
+}
+
+// Bump implements Admin.
+func (m *MemStore) Bump(ctx context.Context, name string, to, by int64) (Tag, error) {
+	if err := checkBump(to, by); err != nil {
+		return Tag{}, err
+	}
+	return m.update(ctx, name, func(t *Tag) error {
+		maxID, err := bumped(t.MaxID, to, by)
+		t.MaxID = maxID
+		return err
+	})
+}
+
+// update applies change to a copy of the tag and stores it if change
+// succeeds.
+func (m *MemStore) update(ctx context.Context, name string, change func(*Tag) error) (Tag, error) {
+	if err := ctx.Err(); err != nil {
+		return Tag{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.tags[name]
+	if !ok {
+		return Tag{}, fmt.Errorf("%w: %q", ErrUnknownTag, name)
+	}
+	c := *t
+	if err := change(&c); err != nil {
+		return Tag{}, err
+	}
+	*t = c
+	return c, nil
 }
 
 // Allocate implements Store.

@@ -57,7 +57,7 @@ func (s *switchableStore) Ping(ctx context.Context) error {
 func newServer(tb testing.TB) (*httptest.Server, *switchableStore) {
 	tb.Helper()
 	m := allocator.NewMemStore()
-	if err := m.CreateTag("order", 10, 0, 1); err != nil {
+	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: 10}); err != nil {
 		tb.Fatal(err)
 	}
 	store := &switchableStore{MemStore: m}
