@@ -19,8 +19,8 @@ type Config struct {
 	// Instance names this process in the segment log (default "idmint").
 	Instance string
 	// Segment holds the buffer settings every tag uses: Period, Threshold,
-	// WaitTimeout, LoadTimeout, MinBackoff, MaxBackoff. Tag, Loader,
-	// Logger and Now are set by the allocator.
+	// WaitTimeout, LoadTimeout, MinBackoff, MaxBackoff, OnLoad. Tag,
+	// Loader, Logger and Now are set by the allocator.
 	Segment segment.Config
 	// AttemptTimeout bounds one store call within a load (default 3s), so a
 	// hung connection leaves time to retry on another.
@@ -238,11 +238,8 @@ func (a *Allocator) Close(ctx context.Context) error {
 	a.closed = true
 	bufs := a.buffers
 	a.mu.Unlock()
-	for tag, b := range bufs {
-		unused := b.Close()
-		for _, r := range unused {
-			a.cfg.Logger.Info("abandoned unused ids on close", "biz_tag", tag, "first", r.First, "last", r.Last, "count", r.Len())
-		}
+	for _, b := range bufs {
+		b.Close() // logs each abandoned range
 	}
 	return ctx.Err()
 }

@@ -36,6 +36,7 @@ func (a *Allocator) load(ctx context.Context, tag string, size int64) (segment.G
 		return segment.Grant{}, err
 	}
 	log := a.cfg.Logger.With("biz_tag", tag, "request_id", req.ID)
+	start := a.cfg.Now()
 	var lastErr error
 	for attempt := 0; ; attempt++ {
 		// An already-granted answer is looked up at once: it is settled.
@@ -50,7 +51,7 @@ func (a *Allocator) load(ctx context.Context, tag string, size int64) (segment.G
 		if uncertain {
 			seg, err := a.lookup(ctx, req.ID)
 			if err == nil {
-				return a.recovered(req, seg, log), nil
+				return a.recovered(req, seg, log, a.cfg.Now().Sub(start)), nil
 			}
 			if !errors.Is(err, ErrNotFound) {
 				lastErr = err
@@ -65,7 +66,8 @@ func (a *Allocator) load(ctx context.Context, tag string, size int64) (segment.G
 		case err == nil:
 			a.settle(tag)
 			grant := toGrant(seg, false)
-			log.Info("segment loaded", "first", seg.First, "last", seg.Last, "size", grant.Len(), "asked", size, "attempts", attempt+1)
+			log.Info("segment loaded", "first", seg.First, "last", seg.Last, "step", grant.Len(), "asked", size,
+				"latency", a.cfg.Now().Sub(start), "attempts", attempt+1)
 			return grant, nil
 		case errors.Is(err, ErrAlreadyGranted):
 			uncertain = true
@@ -114,10 +116,14 @@ func (a *Allocator) settle(tag string) {
 	a.mu.Unlock()
 }
 
-func (a *Allocator) recovered(req Request, seg Segment, log interface{ Warn(string, ...any) }) segment.Grant {
+// recovered returns a segment found by its request ID. Its log line is the
+// segment's load line, with the same fields as "segment loaded", but loud.
+func (a *Allocator) recovered(req Request, seg Segment, log interface{ Warn(string, ...any) }, latency time.Duration) segment.Grant {
 	a.settle(req.Tag)
-	log.Warn("RECOVERED segment by request id after a lost reply", "first", seg.First, "last", seg.Last)
-	return toGrant(seg, true)
+	grant := toGrant(seg, true)
+	log.Warn("RECOVERED segment by request id after a lost reply", "first", seg.First, "last", seg.Last,
+		"step", grant.Len(), "asked", req.Size, "latency", latency)
+	return grant
 }
 
 func (a *Allocator) allocate(ctx context.Context, req Request) (Segment, error) {

@@ -76,7 +76,12 @@ type Config struct {
 	MinBackoff, MaxBackoff time.Duration
 	// Floor is the highest ID already known to be granted for the tag; the
 	// buffer refuses any range that starts at or below it.
-	Floor  int64
+	Floor int64
+	// OnLoad, if set, is called after every load with its latency and its
+	// error (nil when the range was installed), so that metrics can keep a
+	// latency histogram. It runs on the load's goroutine, outside the
+	// buffer's lock, and must not block.
+	OnLoad func(tag string, latency time.Duration, err error)
 	Logger *slog.Logger
 	Now    func() time.Time
 }
@@ -190,8 +195,10 @@ type Buffer struct {
 	step      int64 // size of the last granted range
 	minStep   int64
 	maxStep   int64
-	rateAt    time.Time // start of the rate window
+	rateAt    time.Time // start of the rate window: when the last load started
 	rateIDs   int64     // IDs issued at rateAt
+	prevAt    time.Time // start of the window before, for Stats' rate
+	prevIDs   int64     // IDs issued at prevAt
 	retired   int64     // IDs issued from ranges no longer current
 	abandoned int64
 	counters  counters
@@ -399,6 +406,7 @@ func (b *Buffer) nextSizeLocked() int64 {
 		p := StepPolicy{Min: b.minStep, Max: b.maxStep, Period: b.cfg.Period}
 		size = p.Next(b.step, issued-b.rateIDs, now.Sub(b.rateAt))
 	}
+	b.prevAt, b.prevIDs = b.rateAt, b.rateIDs
 	b.rateAt, b.rateIDs = now, issued
 	return size
 }
@@ -419,7 +427,15 @@ func (b *Buffer) load(size int64, done chan struct{}) {
 	g, err := b.cfg.Loader.Load(ctx, size)
 	cancel()
 	latency := b.cfg.Now().Sub(start)
+	err = b.install(g, err, latency, done)
+	if b.cfg.OnLoad != nil {
+		b.cfg.OnLoad(b.cfg.Tag, latency, err)
+	}
+}
 
+// install records the outcome of a load and closes done. It returns err, or
+// the reason the granted range was refused.
+func (b *Buffer) install(g Grant, err error, latency time.Duration, done chan struct{}) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	defer close(done)
@@ -430,9 +446,10 @@ func (b *Buffer) load(size int64, done chan struct{}) {
 	}
 	if err != nil {
 		b.failedLocked(err)
-		return
+		return err
 	}
 	b.grantedLocked(g, latency)
+	return nil
 }
 
 // checkLocked refuses malformed ranges and ranges at or below the highest ID
@@ -476,7 +493,9 @@ func (b *Buffer) grantedLocked(g Grant, latency time.Duration) {
 		c.recovered++
 	}
 	if b.closed {
+		// The load outlived Close: nobody will serve this range.
 		b.abandoned += g.Len()
+		b.logAbandoned(g.Range, g.RequestID)
 		return
 	}
 	sp := newSpan(g.Range, b.cfg.Threshold)
@@ -487,6 +506,16 @@ func (b *Buffer) grantedLocked(g Grant, latency time.Duration) {
 	}
 	b.next = sp
 	b.wantNext.Store(false)
+}
+
+// logAbandoned says loudly that r was granted and will never be handed out:
+// a gap in the tag's IDs.
+func (b *Buffer) logAbandoned(r Range, requestID string) {
+	args := []any{"biz_tag", b.cfg.Tag, "first", r.First, "last", r.Last, "count", r.Len()}
+	if requestID != "" {
+		args = append(args, "request_id", requestID)
+	}
+	b.cfg.Logger.Warn("ABANDONED ids: granted but never handed out (a gap)", args...)
 }
 
 // Close stops background loads, waits for them, and returns the ranges that
@@ -513,6 +542,7 @@ func (b *Buffer) Close() []Range {
 	}
 	for _, r := range unused {
 		b.abandoned += r.Len()
+		b.logAbandoned(r, "")
 	}
 	b.mu.Unlock()
 	b.cancel()

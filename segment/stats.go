@@ -1,6 +1,9 @@
 package segment
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Stats is a snapshot of a buffer, for health pages and metrics.
 type Stats struct {
@@ -33,6 +36,55 @@ type Stats struct {
 	Highest                int64 // highest ID ever granted to this buffer
 	// Serving is true when the buffer can hand out an ID without waiting.
 	Serving bool
+	// NextLate is true when the next range should be here and is not: the
+	// current range is past the prefetch threshold, no next range is ready
+	// and the last load failed.
+	NextLate bool
+	// Rate is the issue rate in IDs per second, averaged since the last
+	// load started (see rateLocked).
+	Rate float64
+}
+
+// Available returns the IDs the buffer can hand out without a load: the
+// rest of the current range and the whole next range.
+func (s Stats) Available() int64 {
+	n := s.Remaining
+	if s.NextRange != nil {
+		n += s.NextRange.Len()
+	}
+	return n
+}
+
+// UntilDry estimates how long the buffer lasts without a load at the
+// current rate. ok is false when the rate is zero: it never runs dry.
+func (s Stats) UntilDry() (d time.Duration, ok bool) {
+	if s.Rate <= 0 {
+		return 0, false
+	}
+	secs := float64(s.Available()) / s.Rate
+	if secs >= float64(math.MaxInt64/int64(time.Second)) {
+		return time.Duration(math.MaxInt64), true
+	}
+	return time.Duration(secs * float64(time.Second)), true
+}
+
+// minRateWindow is the shortest window the rate is averaged over: a load
+// has just started, so the window before is added.
+const minRateWindow = 10 * time.Second
+
+// rateLocked estimates the issue rate from the IDs issued since the last
+// load started. The window starts are recorded when a load starts, so the
+// estimate costs nothing on the path that hands out IDs.
+func (b *Buffer) rateLocked(now time.Time, issued int64) float64 {
+	at, ids := b.rateAt, b.rateIDs
+	if now.Sub(at) < minRateWindow && !b.prevAt.IsZero() {
+		at, ids = b.prevAt, b.prevIDs
+	}
+	elapsed := now.Sub(at)
+	if at.IsZero() || elapsed <= 0 {
+		return 0
+	}
+	return float64(issued-ids) / elapsed.Seconds()
 }
 
 // Stats returns a snapshot of the buffer.
@@ -72,7 +124,9 @@ func (b *Buffer) Stats() Stats {
 			st.Next = s.Last - st.Remaining + 1
 		}
 		st.RemainingRatio = float64(st.Remaining) / float64(s.Len())
+		st.NextLate = b.next == nil && b.lastErr != nil && s.used() > s.prefetchAt-s.First
 	}
+	st.Rate = b.rateLocked(b.cfg.Now(), st.Issued)
 	if b.next != nil {
 		r := b.next.Range
 		st.NextRange = &r
