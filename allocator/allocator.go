@@ -77,10 +77,13 @@ const maxUnknown = 10_000
 type Allocator struct {
 	cfg Config
 
-	mu      sync.RWMutex // protects buffers, unknown, pending and closed
+	mu      sync.RWMutex // protects buffers, unknown, pending, highest and closed
 	buffers map[string]*segment.Buffer
 	unknown map[string]time.Time // tag → when to forget it is unknown
 	pending map[string]*pendingRequest
+	// highest is the highest ID granted per tag: the Floor of the tag's
+	// next requests, so that a rolled-back store refuses without moving.
+	highest map[string]int64
 	closed  bool
 }
 
@@ -93,6 +96,7 @@ func New(cfg Config) *Allocator {
 		buffers: map[string]*segment.Buffer{},
 		unknown: map[string]time.Time{},
 		pending: map[string]*pendingRequest{},
+		highest: map[string]int64{},
 	}
 }
 
@@ -228,7 +232,10 @@ func (a *Allocator) TagStats(ctx context.Context, tag string) (segment.Stats, er
 func (a *Allocator) Ping(ctx context.Context) error { return a.cfg.Store.Ping(ctx) }
 
 // Close stops every tag's background loads and waits for them. IDs granted
-// but not handed out are abandoned (a gap). Next fails with ErrClosed after.
+// but not handed out are abandoned (a gap), except that a Store which is a
+// Returner gets back the unused tail of each tag's newest range when nobody
+// allocated after it (see giveBack). Next fails with ErrClosed after. ctx
+// bounds the give-backs.
 func (a *Allocator) Close(ctx context.Context) error {
 	a.mu.Lock()
 	if a.closed {
@@ -238,8 +245,38 @@ func (a *Allocator) Close(ctx context.Context) error {
 	a.closed = true
 	bufs := a.buffers
 	a.mu.Unlock()
-	for _, b := range bufs {
-		b.Close() // logs each abandoned range
+	returner, _ := a.cfg.Store.(Returner)
+	var errs []error
+	for tag, b := range bufs {
+		unused := b.Close() // logs each abandoned range
+		if returner != nil && len(unused) > 0 {
+			errs = append(errs, a.giveBack(ctx, returner, tag, unused))
+		}
 	}
-	return ctx.Err()
+	return errors.Join(append(errs, ctx.Err())...)
+}
+
+// giveBack returns the unused tail of the tag's newest range, unused being
+// the buffer's unused ranges oldest first, the newest last. The tail of the
+// range before it joins in when the two touch. The store only takes it back
+// if max_id still ends it: then nobody else was granted an ID above its
+// first, and this instance, closed, hands out none of it. Otherwise the IDs
+// stay a gap.
+func (a *Allocator) giveBack(ctx context.Context, returner Returner, tag string, unused []segment.Range) error {
+	r := unused[len(unused)-1]
+	if n := len(unused); n > 1 && unused[n-2].Last+1 == r.First {
+		r.First = unused[n-2].First
+	}
+	log := a.cfg.Logger.With("biz_tag", tag, "first", r.First, "last", r.Last, "count", r.Len())
+	ok, err := returner.GiveBack(ctx, tag, r.First, r.Last)
+	switch {
+	case err != nil:
+		log.Warn("could not give back unused ids; they stay a gap", "err", err)
+		return err
+	case ok:
+		log.Info("gave back unused ids: the tag's next segment starts at them")
+	default:
+		log.Info("did not give back unused ids: the tag was allocated since; they stay a gap")
+	}
+	return nil
 }

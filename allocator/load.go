@@ -65,6 +65,7 @@ func (a *Allocator) load(ctx context.Context, tag string, size int64) (segment.G
 		switch {
 		case err == nil:
 			a.settle(tag)
+			a.granted(tag, seg)
 			grant := toGrant(seg, false)
 			log.Info("segment loaded", "first", seg.First, "last", seg.Last, "step", grant.Len(), "asked", size,
 				"latency", a.cfg.Now().Sub(start), "attempts", attempt+1)
@@ -74,6 +75,10 @@ func (a *Allocator) load(ctx context.Context, tag string, size int64) (segment.G
 		case errors.Is(err, ErrUnknownTag), errors.Is(err, ErrExhausted), errors.Is(err, ErrInvalidTag):
 			a.settle(tag)
 			return segment.Grant{}, err
+		case errors.Is(err, ErrRolledBack):
+			// Final until an operator bumps the tag; the buffer backs off
+			// and asks again.
+			return segment.Grant{}, a.giveUp(req, uncertain, log, err)
 		case errors.Is(err, ErrAmbiguous):
 			log.Warn("segment allocation reply lost; will look the request up", "err", err, "attempt", attempt+1)
 			uncertain = true
@@ -94,7 +99,7 @@ func (a *Allocator) request(tag string, size int64) (Request, bool, error) {
 	if err != nil {
 		return Request{}, false, fmt.Errorf("new request id: %w", err)
 	}
-	return Request{ID: id, Tag: tag, Size: size, Instance: a.cfg.Instance}, false, nil
+	return Request{ID: id, Tag: tag, Size: size, Instance: a.cfg.Instance, Floor: a.highest[tag]}, false, nil
 }
 
 // giveUp ends a load that ran out of time. An allocation that may have
@@ -109,6 +114,17 @@ func (a *Allocator) giveUp(req Request, uncertain bool, log interface{ Warn(stri
 	return err
 }
 
+// granted raises the floor of the tag's next requests past seg. A segment
+// at or below the floor (from a store that ignores Floor) leaves it as it is:
+// the buffer refuses that segment.
+func (a *Allocator) granted(tag string, seg Segment) {
+	a.mu.Lock()
+	if seg.First > a.highest[tag] {
+		a.highest[tag] = seg.Last
+	}
+	a.mu.Unlock()
+}
+
 // settle forgets the tag's unsettled allocation: it is now known.
 func (a *Allocator) settle(tag string) {
 	a.mu.Lock()
@@ -120,6 +136,7 @@ func (a *Allocator) settle(tag string) {
 // segment's load line, with the same fields as "segment loaded", but loud.
 func (a *Allocator) recovered(req Request, seg Segment, log interface{ Warn(string, ...any) }, latency time.Duration) segment.Grant {
 	a.settle(req.Tag)
+	a.granted(req.Tag, seg)
 	grant := toGrant(seg, true)
 	log.Warn("RECOVERED segment by request id after a lost reply", "first", seg.First, "last", seg.Last,
 		"step", grant.Len(), "asked", req.Size, "latency", latency)

@@ -127,6 +127,9 @@ func (m *MemStore) Allocate(ctx context.Context, req Request) (Segment, error) {
 	if !ok {
 		return Segment{}, fmt.Errorf("%w: %q", ErrUnknownTag, req.Tag)
 	}
+	if t.MaxID < req.Floor {
+		return Segment{}, fmt.Errorf("%w: %q: max_id %d is below %d", ErrRolledBack, req.Tag, t.MaxID, req.Floor)
+	}
 	size := bounds(req.Size, t.Step, t.MaxStep)
 	if t.MaxID > math.MaxInt64-size {
 		return Segment{}, fmt.Errorf("%w: %q at %d", ErrExhausted, req.Tag, t.MaxID)
@@ -135,6 +138,26 @@ func (m *MemStore) Allocate(ctx context.Context, req Request) (Segment, error) {
 	seg := Segment{RequestID: req.ID, Tag: req.Tag, First: t.MaxID - size + 1, Last: t.MaxID, Step: t.Step, MaxStep: t.MaxStep}
 	m.requests[req.ID] = seg
 	return seg, nil
+}
+
+var _ Returner = (*MemStore)(nil)
+
+// GiveBack implements Returner.
+func (m *MemStore) GiveBack(ctx context.Context, tag string, first, last int64) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if first < 1 || first > last {
+		return false, fmt.Errorf("give back %q: invalid range [%d, %d]", tag, first, last)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.tags[tag]
+	if !ok || t.MaxID != last {
+		return false, nil
+	}
+	t.MaxID = first - 1
+	return true, nil
 }
 
 // Lookup implements Store.

@@ -14,7 +14,10 @@ import (
 	"github.com/idmint/idmint/segment"
 )
 
-var _ Store = (*Postgres)(nil)
+var (
+	_ Store    = (*Postgres)(nil)
+	_ Returner = (*Postgres)(nil)
+)
 
 // Postgres is the production Store: one row per tag in idmint_tags holds the
 // high-water mark, and idmint_segments logs every granted segment by request
@@ -51,8 +54,10 @@ func (p *Postgres) Close() { p.pool.Close() }
 // is no moment where one happened without the other. The size wanted ($2) is
 // bounded by the tag's step and max_step (default 1,000,000). A bump that
 // would pass 2^63-1 matches no row: nothing changes, and the caller tells
-// "exhausted" from "unknown tag". A request ID granted before makes the
-// INSERT fail on the primary key, which rolls the bump back.
+// "exhausted" from "unknown tag". So does a max_id below the instance's
+// floor ($6): the database went back in time, and refusing must not move it.
+// A request ID granted before makes the INSERT fail on the primary key, which
+// rolls the bump back.
 const allocateSQL = `
 WITH wanted AS (
     SELECT biz_tag, GREATEST(step, LEAST($2::bigint, COALESCE(max_step, $5::bigint)))::bigint AS size
@@ -62,6 +67,7 @@ WITH wanted AS (
     SET max_id = t.max_id + w.size, updated_at = now()
     FROM wanted w
     WHERE t.biz_tag = w.biz_tag AND t.max_id <= 9223372036854775807 - w.size
+      AND t.max_id >= $6::bigint
     RETURNING t.biz_tag, t.max_id - w.size + 1 AS first_id, t.max_id AS last_id, t.step, t.max_step
 ), logged AS (
     INSERT INTO idmint_segments (request_id, biz_tag, first_id, last_id, instance)
@@ -74,10 +80,10 @@ FROM bumped b, logged`
 // Allocate implements Store.
 func (p *Postgres) Allocate(ctx context.Context, req Request) (Segment, error) {
 	seg := Segment{RequestID: req.ID, Tag: req.Tag}
-	err := p.pool.QueryRow(ctx, allocateSQL, req.Tag, req.Size, req.ID, req.Instance, int64(segment.DefaultMaxStep)).
+	err := p.pool.QueryRow(ctx, allocateSQL, req.Tag, req.Size, req.ID, req.Instance, int64(segment.DefaultMaxStep), req.Floor).
 		Scan(&seg.First, &seg.Last, &seg.Step, &seg.MaxStep)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Segment{}, p.whyNoRow(ctx, req.Tag)
+		return Segment{}, p.whyNoRow(ctx, req.Tag, req.Floor)
 	}
 	if err != nil {
 		return Segment{}, classify("allocate", err)
@@ -85,9 +91,9 @@ func (p *Postgres) Allocate(ctx context.Context, req Request) (Segment, error) {
 	return seg, nil
 }
 
-// whyNoRow tells an unknown tag from an exhausted one after an allocation
-// that changed nothing.
-func (p *Postgres) whyNoRow(ctx context.Context, tag string) error {
+// whyNoRow tells an unknown tag from a rolled-back or exhausted one after an
+// allocation that changed nothing.
+func (p *Postgres) whyNoRow(ctx context.Context, tag string, floor int64) error {
 	var maxID int64
 	err := p.pool.QueryRow(ctx, `SELECT max_id FROM idmint_tags WHERE biz_tag = $1`, tag).Scan(&maxID)
 	switch {
@@ -97,7 +103,23 @@ func (p *Postgres) whyNoRow(ctx context.Context, tag string) error {
 		// The allocation itself committed nothing: not ambiguous.
 		return fmt.Errorf("allocate %q: %w", tag, err)
 	}
+	if maxID < floor {
+		return fmt.Errorf("%w: %q: max_id %d is below %d, the highest id this instance was granted", ErrRolledBack, tag, maxID, floor)
+	}
 	return fmt.Errorf("%w: %q at max_id %d", ErrExhausted, tag, maxID)
+}
+
+// GiveBack implements Returner with one compare-and-set statement.
+func (p *Postgres) GiveBack(ctx context.Context, tag string, first, last int64) (bool, error) {
+	if first < 1 || first > last {
+		return false, fmt.Errorf("give back %q: invalid range [%d, %d]", tag, first, last)
+	}
+	res, err := p.pool.Exec(ctx, `UPDATE idmint_tags SET max_id = $2, updated_at = now() WHERE biz_tag = $1 AND max_id = $3`,
+		tag, first-1, last)
+	if err != nil {
+		return false, fmt.Errorf("give back %q [%d, %d]: %w", tag, first, last, err)
+	}
+	return res.RowsAffected() == 1, nil
 }
 
 // Lookup implements Store.

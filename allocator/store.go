@@ -47,8 +47,9 @@ type Store interface {
 	// Allocate advances the tag's max_id by one segment and records the
 	// request ID, as one atomic step, and returns the segment. It returns
 	// ErrAlreadyGranted when req.ID was granted before, ErrUnknownTag,
-	// ErrExhausted, or an error wrapping ErrAmbiguous when it cannot tell
-	// whether the allocation committed.
+	// ErrExhausted, ErrRolledBack when max_id is below req.Floor, or an
+	// error wrapping ErrAmbiguous when it cannot tell whether the
+	// allocation committed.
 	Allocate(ctx context.Context, req Request) (Segment, error)
 	// Lookup returns the segment granted to a request ID, or ErrNotFound.
 	Lookup(ctx context.Context, id uuid.UUID) (Segment, error)
@@ -62,6 +63,22 @@ type Request struct {
 	Tag      string
 	Size     int64 // wanted size; 0 means the tag's step. The store bounds it by step and max_step
 	Instance string
+	// Floor is the highest ID the instance was ever granted for the tag (0:
+	// none). When the tag's max_id is below it the database went back in
+	// time, and the store grants nothing and returns ErrRolledBack: a refused
+	// range must not move max_id, or every refusal would climb into IDs that
+	// other instances already handed out.
+	Floor int64
+}
+
+// Returner is implemented by stores that can take back the unused tail of a
+// segment when an instance shuts down.
+type Returner interface {
+	// GiveBack lowers the tag's max_id to first-1, but only if max_id is
+	// still last: nobody was granted anything after [first, last], so
+	// nobody can have handed out an ID in it but its owner, who is closing.
+	// It reports whether it did; false is no error, the range stays a gap.
+	GiveBack(ctx context.Context, tag string, first, last int64) (bool, error)
 }
 
 // Segment is a granted range and the tag's step bounds at that moment.

@@ -459,10 +459,7 @@ func (b *Buffer) checkLocked(g Grant) error {
 		return fmt.Errorf("loader returned an invalid range [%d, %d]", g.First, g.Last)
 	}
 	if g.First <= b.highest {
-		b.counters.refused++
-		b.cfg.Logger.Error("REFUSED segment: it starts at or below an id already granted to this instance; the database went back in time (restored backup or lagging replica?); bump the tag past the old high-water mark",
-			"biz_tag", b.cfg.Tag, "first", g.First, "last", g.Last, "highest_granted", b.highest, "request_id", g.RequestID)
-		return fmt.Errorf("%w: range [%d, %d], highest granted %d", ErrRolledBack, g.First, g.Last, b.highest)
+		return fmt.Errorf("%w: range [%d, %d] (request %s), highest granted %d", ErrRolledBack, g.First, g.Last, g.RequestID, b.highest)
 	}
 	return nil
 }
@@ -473,7 +470,15 @@ func (b *Buffer) failedLocked(err error) {
 	b.backoff = min(max(2*b.backoff, b.cfg.MinBackoff), b.cfg.MaxBackoff)
 	b.retryAt.Store(b.cfg.Now().Add(b.backoff).UnixNano())
 	b.wantNext.Store(!b.closed)
-	if !errors.Is(err, context.Canceled) {
+	switch {
+	case errors.Is(err, ErrRolledBack):
+		// Refused here (checkLocked) or by the store (the Loader's error,
+		// when its max_id is below the instance's floor): either way an
+		// alarm, never a range served.
+		b.counters.refused++
+		b.cfg.Logger.Error("REFUSED segment: it starts at or below an id already granted to this instance; the database went back in time (restored backup or lagging replica?); bump the tag past the old high-water mark",
+			"biz_tag", b.cfg.Tag, "highest_granted", b.highest, "err", err, "retry_in", b.backoff)
+	case !errors.Is(err, context.Canceled):
 		b.cfg.Logger.Warn("segment load failed", "biz_tag", b.cfg.Tag, "err", err, "retry_in", b.backoff)
 	}
 }

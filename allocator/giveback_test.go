@@ -1,0 +1,98 @@
+package allocator_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/segment"
+)
+
+func maxIDOf(tb testing.TB, m *allocator.MemStore, tag string) int64 {
+	tb.Helper()
+	tags, err := m.Tags(context.Background())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, t := range tags {
+		if t.Name == tag {
+			return t.MaxID
+		}
+	}
+	tb.Fatalf("no tag %q", tag)
+	return 0
+}
+
+func TestAllocator_CloseGivesBack(t *testing.T) {
+	ctx := context.Background()
+	fixed := func(c *allocator.Config) { c.Segment = segment.Config{Threshold: 0.5} }
+
+	t.Run("the unused tail of the newest range goes back", func(t *testing.T) {
+		m := memStore(t, "order")
+		a := newAllocator(t, m, fixed)
+		ids, err := a.NextN(ctx, "order", 3) // [1, 10]; the next range may be loading
+		if err != nil || ids[2] != 3 {
+			t.Fatalf("NextN = %v, %v", ids, err)
+		}
+		if err := a.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := maxIDOf(t, m, "order"); got != 3 {
+			t.Fatalf("max_id after close = %d, want 3: the tail (and a touching next range) given back", got)
+		}
+		b := newAllocator(t, m, fixed)
+		if id, err := b.Next(ctx, "order"); err != nil || id != 4 {
+			t.Fatalf("next instance's first id = %d, %v; want 4", id, err)
+		}
+	})
+
+	t.Run("an allocation by another instance makes it a no-op", func(t *testing.T) {
+		m := memStore(t, "order")
+		a := newAllocator(t, m, fixed)
+		if _, err := a.Next(ctx, "order"); err != nil {
+			t.Fatal(err)
+		}
+		other := newAllocator(t, m, fixed)
+		if id, err := other.Next(ctx, "order"); err != nil || id <= 10 {
+			t.Fatalf("other instance got %d, %v", id, err)
+		}
+		before := maxIDOf(t, m, "order")
+		if err := a.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := maxIDOf(t, m, "order"); got != before {
+			t.Fatalf("max_id moved from %d to %d: a give-back under another instance's range", before, got)
+		}
+	})
+}
+
+func TestMemStore_Floor(t *testing.T) {
+	ctx := context.Background()
+	m := allocator.NewMemStore()
+	if _, err := m.CreateTag(ctx, allocator.TagSpec{Name: "order", Step: 10, MaxStep: 10}); err != nil {
+		t.Fatal(err)
+	}
+	a := newAllocator(t, m, nil)
+	if _, err := a.NextN(ctx, "order", 15); err != nil { // ranges up to 20 or 30
+		t.Fatal(err)
+	}
+	m.SetMaxID("order", 0) // the database went back in time
+	var err error
+	for i := 0; i < 100 && err == nil; i++ { // drain what is buffered
+		_, err = a.Next(ctx, "order")
+	}
+	if !errors.Is(err, allocator.ErrRolledBack) {
+		t.Fatalf("err = %v, want ErrRolledBack", err)
+	}
+	if got := maxIDOf(t, m, "order"); got != 0 {
+		t.Fatalf("a refused allocation moved max_id to %d", got)
+	}
+	var refused int64
+	for _, st := range a.Stats() {
+		refused += st.Refused
+	}
+	if refused == 0 {
+		t.Fatal("refusal not counted")
+	}
+}
