@@ -3,6 +3,8 @@
 //	GET /id?biz_tag=order              {"biz_tag":"order","id":"1001"}
 //	GET /ids?biz_tag=order&count=3     {"biz_tag":"order","ids":["1002","1003","1004"]}
 //	GET /id/health[?biz_tag=order]     status for dashboards and load balancers
+//	GET /id/dashboard                  a live web page over /id/health
+//	GET /metrics                       Prometheus metrics (see Metrics)
 //
 // IDs are JSON strings because JavaScript numbers lose integers above 2^53;
 // send "Accept: text/plain" to /id to get the bare decimal number instead.

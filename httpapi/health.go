@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -22,10 +23,13 @@ const HealthVersion = 1
 
 // Health is the /id/health document.
 type Health struct {
-	Version  int            `json:"version"`
-	Status   string         `json:"status"`
-	Instance string         `json:"instance,omitempty"`
-	Time     time.Time      `json:"time"`
+	Version  int       `json:"version"`
+	Status   string    `json:"status"`
+	Instance string    `json:"instance,omitempty"`
+	Time     time.Time `json:"time"`
+	// Reasons says, in a few words each, why the status is not ok; empty
+	// when it is.
+	Reasons  []string       `json:"reasons"`
 	Database DatabaseHealth `json:"database"`
 	Tags     []TagHealth    `json:"tags"`
 }
@@ -54,20 +58,31 @@ type TagHealth struct {
 	RemainingRatio float64    `json:"remaining_ratio"`
 	NextReady      bool       `json:"next_ready"`
 	NextRange      *RangeJSON `json:"next_range"`
-	Loading        bool       `json:"loading"`
-	Step           int64      `json:"step"`
-	MinStep        int64      `json:"min_step"`
-	MaxStep        int64      `json:"max_step"`
-	SegmentLoads   int64      `json:"segment_loads"`
-	LastLoadMS     float64    `json:"last_load_latency_ms"`
-	AvgLoadMS      float64    `json:"avg_load_latency_ms"`
-	LastLoadAt     *time.Time `json:"last_load_at"`
-	LoadFailures   int64      `json:"load_failures"`
-	Recovered      int64      `json:"recovered_replies"`
-	Refused        int64      `json:"refused_ranges"`
-	Issued         int64      `json:"ids_issued"`
-	Abandoned      int64      `json:"ids_abandoned"`
-	LastError      string     `json:"last_error,omitempty"`
+	// NextLate: the current range is past the prefetch threshold, no next
+	// range is ready, and the last load failed.
+	NextLate bool `json:"next_late"`
+	Loading  bool `json:"loading"`
+	// Available is what the tag can hand out without the database: the
+	// rest of the current range plus the next range.
+	Available int64 `json:"available"`
+	// IDsPerSecond is the issue rate averaged since the last load started
+	// (over 10 s at least), and SecondsUntilDry how long Available lasts at
+	// that rate; null when the rate is zero.
+	IDsPerSecond    float64    `json:"ids_per_second"`
+	SecondsUntilDry *float64   `json:"seconds_until_dry"`
+	Step            int64      `json:"step"`
+	MinStep         int64      `json:"min_step"`
+	MaxStep         int64      `json:"max_step"`
+	SegmentLoads    int64      `json:"segment_loads"`
+	LastLoadMS      float64    `json:"last_load_latency_ms"`
+	AvgLoadMS       float64    `json:"avg_load_latency_ms"`
+	LastLoadAt      *time.Time `json:"last_load_at"`
+	LoadFailures    int64      `json:"load_failures"`
+	Recovered       int64      `json:"recovered_replies"`
+	Refused         int64      `json:"refused_ranges"`
+	Issued          int64      `json:"ids_issued"`
+	Abandoned       int64      `json:"ids_abandoned"`
+	LastError       string     `json:"last_error,omitempty"`
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
@@ -104,8 +119,12 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 //     an unreachable database, or no tag is loaded and the database is
 //     unreachable;
 //   - degraded when every tag serves but the database is unreachable, a
-//     load failed since the last success, or a range was refused;
+//     tag's next range is late, a load failed since the last success, or a
+//     range was refused since the instance started (the database went back
+//     in time: an operator must look, so it sticks);
 //   - ok otherwise.
+//
+// Reasons lists every cause, so that a dashboard can say what is wrong.
 func (s *Server) health(ctx context.Context, stats []segment.Stats) Health {
 	h := Health{Version: HealthVersion, Instance: s.cfg.Instance, Time: s.cfg.Now().UTC(), Tags: make([]TagHealth, 0, len(stats))}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.PingTimeout)
@@ -118,16 +137,31 @@ func (s *Server) health(ctx context.Context, stats []segment.Stats) Health {
 		h.Database.Error = "database unreachable"
 	}
 
+	h.Reasons = []string{}
+	reason := func(format string, args ...any) { h.Reasons = append(h.Reasons, fmt.Sprintf(format, args...)) }
 	serving, troubled := true, !h.Database.Reachable
+	if !h.Database.Reachable {
+		reason("database unreachable")
+	}
 	for _, st := range stats {
 		h.Tags = append(h.Tags, tagHealth(st))
 		// A tag that cannot serve is only fatal when the database is gone
 		// too; otherwise its next request loads it.
 		if !st.Serving && !h.Database.Reachable {
 			serving = false
+			reason("%s: buffers empty and the database unreachable", st.Tag)
 		}
-		if st.LastError != "" || st.Refused > 0 {
+		switch {
+		case st.NextLate:
 			troubled = true
+			reason("%s: next range late: %d ids left and the load is failing", st.Tag, st.Available())
+		case st.LastError != "":
+			troubled = true
+			reason("%s: last load failed", st.Tag)
+		}
+		if st.Refused > 0 {
+			troubled = true
+			reason("%s: %d range(s) refused since start: the database went back in time", st.Tag, st.Refused)
 		}
 	}
 	if len(stats) == 0 && !h.Database.Reachable {
@@ -152,7 +186,10 @@ func tagHealth(st segment.Stats) TagHealth {
 		Remaining:      st.Remaining,
 		RemainingRatio: st.RemainingRatio,
 		NextReady:      st.NextRange != nil,
+		NextLate:       st.NextLate,
 		Loading:        st.Loading,
+		Available:      st.Available(),
+		IDsPerSecond:   round3(st.Rate),
 		Step:           st.Step,
 		MinStep:        st.MinStep,
 		MaxStep:        st.MaxStep,
@@ -175,6 +212,10 @@ func tagHealth(st segment.Stats) TagHealth {
 	if st.NextRange != nil {
 		th.NextRange = &RangeJSON{First: st.NextRange.First, Last: st.NextRange.Last}
 	}
+	if d, ok := st.UntilDry(); ok {
+		secs := round3(d.Seconds())
+		th.SecondsUntilDry = &secs
+	}
 	if !st.LastLoadAt.IsZero() {
 		t := st.LastLoadAt.UTC()
 		th.LastLoadAt = &t
@@ -182,7 +223,10 @@ func tagHealth(st segment.Stats) TagHealth {
 	return th
 }
 
-func ms(d time.Duration) float64 {
-	v, _ := strconv.ParseFloat(strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 3, 64), 64)
+func ms(d time.Duration) float64 { return round3(float64(d) / float64(time.Millisecond)) }
+
+// round3 keeps three decimals: enough for a dashboard, short in JSON.
+func round3(f float64) float64 {
+	v, _ := strconv.ParseFloat(strconv.FormatFloat(f, 'f', 3, 64), 64)
 	return v
 }

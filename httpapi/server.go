@@ -38,8 +38,12 @@ type Config struct {
 	PingTimeout time.Duration
 	// AccessLog logs one line per request.
 	AccessLog bool
-	Logger    *slog.Logger
-	Now       func() time.Time
+	// Metrics is served at /metrics. Nil makes a new one, whose segment
+	// load histogram stays empty: for it, pass Metrics.ObserveLoad as the
+	// allocator's segment.Config.OnLoad.
+	Metrics *Metrics
+	Logger  *slog.Logger
+	Now     func() time.Time
 }
 
 // Server is the HTTP API. It is an http.Handler.
@@ -65,12 +69,17 @@ func NewServer(cfg Config) *Server {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
+	}
+	cfg.Metrics.attach(cfg.Allocator, cfg.PingTimeout)
 	s := &Server{cfg: cfg}
 	r := chi.NewRouter()
 	r.Use(middleware.RequestID)
 	if cfg.AccessLog {
 		r.Use(s.accessLog)
 	}
+	r.Use(cfg.Metrics.instrument(cfg.Now))
 	r.Use(s.recoverer)
 	r.Use(timeout(cfg.RequestTimeout))
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
@@ -82,6 +91,8 @@ func NewServer(cfg Config) *Server {
 	r.Get("/id", s.handleID)
 	r.Get("/ids", s.handleIDs)
 	r.Get("/id/health", s.handleHealth)
+	r.Get("/id/dashboard", handleDashboard)
+	r.Method(http.MethodGet, "/metrics", cfg.Metrics.handler())
 	s.router = r
 	return s
 }

@@ -1,0 +1,195 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/segment"
+)
+
+// Metrics is idmint's Prometheus instrumentation, in a registry of its own
+// so that embedding idmint never touches the program's default registry.
+//
+// Counters and gauges are read from the allocator's Stats when /metrics is
+// scraped, so they cost the hot path nothing. Only two things are observed
+// as they happen: HTTP requests (by the server) and segment loads, whose
+// latency histogram needs each load: pass ObserveLoad as the OnLoad hook of
+// the allocator's segment.Config.
+//
+// A Metrics serves one Server.
+type Metrics struct {
+	reg          *prometheus.Registry
+	loadDuration *prometheus.HistogramVec
+	requests     *prometheus.CounterVec
+	duration     *prometheus.HistogramVec
+
+	// known holds the tags that loaded a segment once. Failed loads of other
+	// tags are not observed: a flood of requests for made-up tags during a
+	// database outage must not make one series each.
+	known sync.Map // tag → struct{}
+}
+
+// NewMetrics returns the metrics, with the Go runtime and process collectors.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		loadDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "idmint_segment_load_duration_seconds",
+			Help: "Time to fetch one segment from the database, retries included.",
+			// 1ms to ~16s: a local database answers in milliseconds, a
+			// failing one runs into the load timeout (10s by default).
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+		}, []string{"biz_tag"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idmint_http_requests_total",
+			Help: "HTTP requests by route pattern and status code.",
+		}, []string{"route", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "idmint_http_request_duration_seconds",
+			Help:    "HTTP request latency by route pattern.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"route"}),
+	}
+	m.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.loadDuration, m.requests, m.duration,
+	)
+	return m
+}
+
+// Registry returns the registry, so that a program can add its own metrics.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// ObserveLoad records one segment load. Its signature is segment.Config's
+// OnLoad.
+func (m *Metrics) ObserveLoad(tag string, latency time.Duration, err error) {
+	if err == nil {
+		m.known.Store(tag, struct{}{})
+	} else if _, ok := m.known.Load(tag); !ok || errors.Is(err, allocator.ErrUnknownTag) {
+		return
+	}
+	m.loadDuration.WithLabelValues(tag).Observe(latency.Seconds())
+}
+
+// unmatchedRoute labels requests that matched no route, so that scanners
+// probing random paths make one series, not one per path.
+const unmatchedRoute = "unmatched"
+
+// instrument counts and times requests by chi route pattern. It runs inside
+// the router, so the pattern is known once the handler returns.
+func (m *Metrics) instrument(now func() time.Time) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			start := now()
+			ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+			next.ServeHTTP(ww, r)
+			route := unmatchedRoute
+			if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
+				route = rc.RoutePattern()
+			}
+			status := ww.Status()
+			if status == 0 {
+				status = http.StatusOK
+			}
+			m.requests.WithLabelValues(route, strconv.Itoa(status)).Inc()
+			m.duration.WithLabelValues(route).Observe(now().Sub(start).Seconds())
+		})
+	}
+}
+
+// attach registers the collector that reads a's Stats at scrape time.
+func (m *Metrics) attach(a Allocator, pingTimeout time.Duration) {
+	m.reg.MustRegister(newStatsCollector(a, pingTimeout))
+}
+
+func (m *Metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// statsCollector turns allocator Stats into metrics when scraped.
+type statsCollector struct {
+	alloc       Allocator
+	pingTimeout time.Duration
+	perTag      []tagMetric
+	dbUp        *prometheus.Desc
+}
+
+// tagMetric is one per-tag metric and how to read it from Stats.
+type tagMetric struct {
+	desc  *prometheus.Desc
+	typ   prometheus.ValueType
+	value func(st segment.Stats) float64
+}
+
+func newStatsCollector(a Allocator, pingTimeout time.Duration) *statsCollector {
+	tag := []string{"biz_tag"}
+	counter := func(name, help string, v func(segment.Stats) float64) tagMetric {
+		return tagMetric{prometheus.NewDesc(name, help, tag, nil), prometheus.CounterValue, v}
+	}
+	gauge := func(name, help string, v func(segment.Stats) float64) tagMetric {
+		return tagMetric{prometheus.NewDesc(name, help, tag, nil), prometheus.GaugeValue, v}
+	}
+	return &statsCollector{
+		alloc:       a,
+		pingTimeout: pingTimeout,
+		dbUp:        prometheus.NewDesc("idmint_database_up", "1 when the database answered a ping at scrape time, 0 when not.", nil, nil),
+		perTag: []tagMetric{
+			counter("idmint_ids_issued_total", "IDs handed out.", func(s segment.Stats) float64 { return float64(s.Issued) }),
+			counter("idmint_ids_abandoned_total", "IDs granted but never handed out (a gap).", func(s segment.Stats) float64 { return float64(s.Abandoned) }),
+			counter("idmint_segment_loads_total", "Segments fetched from the database.", func(s segment.Stats) float64 { return float64(s.Loads) }),
+			counter("idmint_segment_load_failures_total", "Segment fetches that failed (refused ones included).", func(s segment.Stats) float64 { return float64(s.LoadFailures) }),
+			counter("idmint_segment_recovered_total", "Segments whose reply was lost and which were found again by request ID.", func(s segment.Stats) float64 { return float64(s.Recovered) }),
+			counter("idmint_segment_refused_total", "Segments refused because they started at or below an ID already granted (database rolled back).", func(s segment.Stats) float64 { return float64(s.Refused) }),
+			gauge("idmint_segment_step", "Size of the last segment fetched.", func(s segment.Stats) float64 { return float64(s.Step) }),
+			gauge("idmint_buffer_remaining_ids", "IDs left in the current segment.", func(s segment.Stats) float64 { return float64(s.Remaining) }),
+			gauge("idmint_buffer_remaining_ratio", "IDs left in the current segment over its size.", func(s segment.Stats) float64 { return s.RemainingRatio }),
+			gauge("idmint_buffer_available_ids", "IDs that can be handed out without the database: current rest plus next segment.", func(s segment.Stats) float64 { return float64(s.Available()) }),
+			gauge("idmint_buffer_next_ready", "1 when the next segment is fetched and waiting.", func(s segment.Stats) float64 { return boolFloat(s.NextRange != nil) }),
+			gauge("idmint_buffer_serving", "1 when an ID can be handed out without waiting.", func(s segment.Stats) float64 { return boolFloat(s.Serving) }),
+		},
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, m := range c.perTag {
+		ch <- m.desc
+	}
+	ch <- c.dbUp
+}
+
+// Collect implements prometheus.Collector. Tags that never loaded a segment
+// are left out: they may be made-up names whose first load has not failed
+// yet.
+func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, st := range c.alloc.Stats() {
+		if st.Loads == 0 {
+			continue
+		}
+		for _, m := range c.perTag {
+			ch <- prometheus.MustNewConstMetric(m.desc, m.typ, m.value(st), st.Tag)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.pingTimeout)
+	defer cancel()
+	ch <- prometheus.MustNewConstMetric(c.dbUp, prometheus.GaugeValue, boolFloat(c.alloc.Ping(ctx) == nil))
+}
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
