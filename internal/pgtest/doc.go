@@ -1,0 +1,42 @@
+// Package pgtest gives tests a real PostgreSQL server.
+//
+// A test package opts in from TestMain; the server starts the first time a
+// test asks for it and is stopped when the package's tests are done:
+//
+//	func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+//
+//	func TestStore(t *testing.T) {
+//		url := pgtest.Shared(t).NewDatabase(t) // fresh database, dropped after the test
+//		pool, err := pgxpool.New(ctx, url)
+//		...
+//	}
+//
+// The server is chosen in this order:
+//
+//  1. IDMINT_TEST_DATABASE_URL set: that existing server ("external"). Tests
+//     create and drop their own databases on it, so the URL's user needs
+//     CREATEDB. Stop, Start and Restart skip the test.
+//  2. A Docker engine answers: a container from testcontainers-go's
+//     modules/postgres ("testcontainers"), image IDMINT_TEST_POSTGRES_IMAGE
+//     (default postgres:17-alpine; air-gapped machines build one with
+//     .ci/postgres-image.sh). Its port is published on 127.0.0.1 at a host
+//     port chosen up front, so Stop/Start keep the URL.
+//  3. PostgreSQL server binaries (initdb, pg_ctl) on this machine: a
+//     throwaway cluster in a temporary directory ("local"), on a free
+//     127.0.0.1 port, trust authentication, fsync off. As root it runs as the
+//     user postgres.
+//
+// IDMINT_TEST_PG=external|docker|local forces one of them; IDMINT_TEST_PG_BIN
+// names the directory of the server binaries for local mode.
+//
+// pgtest only talks to loopback: when TESTCONTAINERS_HOST_OVERRIDE is unset it
+// sets it to 127.0.0.1, and when TESTCONTAINERS_RYUK_DISABLED is unset it sets
+// it to true (pgtest removes its own containers; the reaper image is often
+// unavailable offline). A run killed before Main returns (a test timeout, a
+// signal) leaves its server behind; the next run on the machine removes
+// servers whose owning process is gone.
+//
+// Restarting a server (for fault injection) disturbs every test using it: do
+// it in tests that do not run in parallel with other users of Shared, or on a
+// private server from New.
+package pgtest
