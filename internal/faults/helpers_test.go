@@ -1,0 +1,249 @@
+package faults_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/Shopify/toxiproxy/v2/collectors"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/internal/checker"
+	"github.com/idmint/idmint/internal/pgtest"
+	"github.com/idmint/idmint/migrations"
+	"github.com/idmint/idmint/segment"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// logBuffer collects log lines for tests that look for an alarm.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// migrate applies the schema to the database at dbURL.
+func migrate(tb testing.TB, dbURL string) {
+	tb.Helper()
+	store := open(tb, dbURL)
+	db := stdlib.OpenDBFromPool(store.Pool())
+	defer db.Close()
+	if _, err := migrations.Up(context.Background(), db, migrations.PostgreSQL, nil); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// newDatabase returns the URL of a fresh, migrated database on srv.
+func newDatabase(tb testing.TB, srv *pgtest.Server) string {
+	tb.Helper()
+	u := srv.NewDatabase(tb)
+	migrate(tb, u)
+	return u
+}
+
+// open connects a store (its own pool, as a separate process would have).
+func open(tb testing.TB, dbURL string) *allocator.Postgres {
+	tb.Helper()
+	store, err := allocator.OpenPostgres(context.Background(), dbURL)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(store.Close)
+	return store
+}
+
+func createTag(tb testing.TB, store *allocator.Postgres, name string, step, maxStep int64) {
+	tb.Helper()
+	if _, err := store.CreateTag(context.Background(), allocator.TagSpec{Name: name, Step: step, MaxStep: maxStep}); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+func maxID(tb testing.TB, store *allocator.Postgres, tag string) int64 {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var n int64
+	if err := store.Pool().QueryRow(ctx, `SELECT max_id FROM idmint_tags WHERE biz_tag = $1`, tag).Scan(&n); err != nil {
+		tb.Fatal(err)
+	}
+	return n
+}
+
+// newInstance returns an allocator over store, closed at cleanup, with
+// test-sized timeouts that mod may change.
+func newInstance(tb testing.TB, store allocator.Store, name string, mod func(*allocator.Config)) *allocator.Allocator {
+	tb.Helper()
+	cfg := allocator.Config{
+		Store:          store,
+		Instance:       name,
+		Logger:         quiet(),
+		AttemptTimeout: time.Second,
+		RetryMin:       5 * time.Millisecond,
+		RetryMax:       100 * time.Millisecond,
+		Segment: segment.Config{
+			WaitTimeout: time.Second,
+			LoadTimeout: 5 * time.Second,
+			MaxBackoff:  500 * time.Millisecond,
+		},
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	a := allocator.New(cfg)
+	tb.Cleanup(func() { a.Close(context.Background()) })
+	return a
+}
+
+// proxy is an in-process toxiproxy between an instance and PostgreSQL.
+type proxy struct {
+	*toxiproxy.Proxy
+	url string // the database URL through the proxy
+}
+
+// newProxy starts a proxy to the server of dbURL and returns it with the
+// URL that goes through it.
+func newProxy(tb testing.TB, dbURL string) *proxy {
+	tb.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
+	srv.Metrics.ProxyMetrics = collectors.NewProxyMetricCollectors()
+	p := toxiproxy.NewProxy(srv, "postgres", "127.0.0.1:0", u.Host)
+	if err := p.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(p.Stop)
+	u.Host = p.Listen
+	return &proxy{Proxy: p, url: u.String()}
+}
+
+// addToxic adds a toxic: stream is "upstream" (to PostgreSQL) or
+// "downstream" (its replies).
+func (p *proxy) addToxic(tb testing.TB, name, typ, stream string, attrs string) {
+	tb.Helper()
+	js := fmt.Sprintf(`{"name":%q,"type":%q,"stream":%q,"toxicity":1,"attributes":%s}`, name, typ, stream, attrs)
+	if _, err := p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
+		tb.Fatalf("add toxic %s: %v", name, err)
+	}
+}
+
+func (p *proxy) removeToxic(tb testing.TB, name string) {
+	tb.Helper()
+	if err := p.Toxics.RemoveToxic(context.Background(), name); err != nil {
+		tb.Fatalf("remove toxic %s: %v", name, err)
+	}
+}
+
+// waitFor polls cond every 10ms until it holds or limit passes, and says
+// how long it took.
+func waitFor(tb testing.TB, limit time.Duration, what string, cond func() bool) time.Duration {
+	tb.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > limit {
+			tb.Fatalf("gave up after %v waiting for %s", limit, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// nextFunc asks for one ID for worker w; it names the client (one
+// sequential caller of one instance) and the tag.
+type nextFunc func(ctx context.Context, w int) (client, tag string, id int64, err error)
+
+// load runs workers calling next until stopped, recording every request in
+// c. Failures pause the worker a little so that it does not spin.
+type load struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// maxRequests bounds each worker of a load, whatever its duration.
+const maxRequests = 2_000_000
+
+func startLoad(c *checker.Checker, workers int, next nextFunc) *load {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	l := &load{cancel: cancel}
+	for w := range workers {
+		l.wg.Go(func() {
+			for range maxRequests {
+				if ctx.Err() != nil {
+					return
+				}
+				c.Attempt()
+				client, tag, id, err := next(ctx, w)
+				if err != nil {
+					c.Fail(err)
+					select {
+					case <-ctx.Done():
+					case <-time.After(5 * time.Millisecond):
+					}
+					continue
+				}
+				c.Ack(client, tag, id)
+			}
+		})
+	}
+	return l
+}
+
+// stop ends the load and waits for its workers.
+func (l *load) stop() {
+	l.cancel()
+	l.wg.Wait()
+}
+
+// tagStats returns one tag's stats from a, zero if not loaded.
+func tagStats(a *allocator.Allocator, tag string) segment.Stats {
+	for _, st := range a.Stats() {
+		if st.Tag == tag {
+			return st
+		}
+	}
+	return segment.Stats{Tag: tag}
+}
+
+// requireValid fails the test unless the report is valid and saw IDs.
+func requireValid(tb testing.TB, r checker.Report) {
+	tb.Helper()
+	tb.Logf("checker report:\n%s", r)
+	if r.IDs() == 0 {
+		tb.Fatal("no id was acknowledged: the test proved nothing")
+	}
+	if r.Duplicates() != 0 {
+		tb.Fatalf("%d DUPLICATE ids", r.Duplicates())
+	}
+	if r.OrderViolations != 0 {
+		tb.Fatalf("%d order violations", r.OrderViolations)
+	}
+}

@@ -1,0 +1,224 @@
+package faults_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/httpapi"
+	"github.com/idmint/idmint/internal/checker"
+	"github.com/idmint/idmint/internal/pgtest"
+)
+
+// TestLostReplyAfterCommit loses the reply to committed allocations: a
+// reset_peer toxic on the proxy's downstream direction resets the connection
+// when PostgreSQL answers, after the commit. The instance must find each
+// committed range again by its request ID (recovered_replies in /id/health),
+// take no second range for it, and hand out every ID once, without a gap.
+func TestLostReplyAfterCommit(t *testing.T) {
+	const rounds, step = 5, 10
+	dbURL := newDatabase(t, pgtest.Shared(t))
+	direct := open(t, dbURL)
+	createTag(t, direct, "order", step, step)
+	px := newProxy(t, dbURL)
+	// One connection: it has prepared the allocation statement before the
+	// toxic goes on, so the first bytes PostgreSQL sends back for the
+	// allocation are its answer after COMMIT.
+	store := open(t, px.url+"&pool_max_conns=1")
+	a := newInstance(t, store, "lost-reply", func(c *allocator.Config) {
+		c.Segment.LoadTimeout = 30 * time.Second
+	})
+	api := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet()}))
+	defer api.Close()
+
+	ctx := context.Background()
+	c := checker.New()
+	take := func() {
+		t.Helper()
+		c.Attempt()
+		id, err := a.Next(ctx, "order")
+		if err != nil {
+			t.Fatalf("Next: %v", err)
+		}
+		c.Ack("client", "order", id)
+	}
+	take()
+	for round := 1; round <= rounds; round++ {
+		waitFor(t, 10*time.Second, "the next range", func() bool {
+			st := tagStats(a, "order")
+			if st.NextRange == nil && !st.Loading {
+				take() // crossing the threshold starts the prefetch
+			}
+			return st.NextRange != nil && !st.Loading
+		})
+		before := maxID(t, direct, "order")
+		px.addToxic(t, "lose-reply", "reset_peer", "downstream", `{"timeout":0}`)
+		// Take IDs until one starts a load: its reply is lost.
+		for i := 0; !tagStats(a, "order").Loading; i++ {
+			if i > 3*step {
+				t.Fatal("no load started")
+			}
+			take()
+		}
+		waitFor(t, 10*time.Second, "the allocation to commit", func() bool { return maxID(t, direct, "order") > before })
+		px.removeToxic(t, "lose-reply")
+		d := waitFor(t, 20*time.Second, "the range to be recovered", func() bool { return tagStats(a, "order").Recovered == int64(round) })
+		t.Logf("round %d: reply lost after commit, range recovered by request id %v after the proxy healed", round, d.Round(time.Millisecond))
+		// The recovery ran on a new connection; let it run one allocation
+		// too, so that it has the statement prepared for the next round.
+		loads := tagStats(a, "order").Loads
+		for i := 0; tagStats(a, "order").Loads == loads; i++ {
+			if i > 3*step {
+				t.Fatal("no load after the recovery")
+			}
+			take()
+			time.Sleep(time.Millisecond)
+		}
+	}
+	// Serve past the last recovered range: the recovered ranges must be
+	// the ones served.
+	for range 2 * step {
+		take()
+	}
+
+	r := c.Report()
+	requireValid(t, r)
+	tr := r.Tag("order")
+	if tr.Lowest != 1 || tr.Missing != 0 {
+		t.Fatalf("ids %d..%d with %d missing: a lost reply cost a range", tr.Lowest, tr.Highest, tr.Missing)
+	}
+	var segments, granted int64
+	if err := direct.Pool().QueryRow(ctx, `SELECT count(*), coalesce(sum(last_id - first_id + 1), 0) FROM idmint_segments WHERE biz_tag = 'order'`).Scan(&segments, &granted); err != nil {
+		t.Fatal(err)
+	}
+	// Only the instance's buffered ranges may be above what was served.
+	if m := maxID(t, direct, "order"); m != granted || m-tr.Highest > 2*step {
+		t.Fatalf("max_id %d, %d ids in %d logged segments, highest served %d: a request was granted twice", m, granted, segments, tr.Highest)
+	}
+
+	var h httpapi.Health
+	resp, err := http.Get(api.URL + "/id/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.Tags) != 1 || h.Tags[0].Recovered != rounds {
+		t.Fatalf("/id/health tags %+v: want recovered_replies %d", h.Tags, rounds)
+	}
+	t.Logf("%d lost replies, all recovered (recovered_replies %d); %d ids served in %d segments, 0 duplicates, 0 gaps",
+		rounds, h.Tags[0].Recovered, tr.IDs, segments)
+}
+
+// countingStore counts the allocation attempts of each request ID.
+type countingStore struct {
+	allocator.Store
+	mu    sync.Mutex
+	calls map[uuid.UUID]int
+}
+
+func (s *countingStore) Allocate(ctx context.Context, req allocator.Request) (allocator.Segment, error) {
+	s.mu.Lock()
+	s.calls[req.ID]++
+	s.mu.Unlock()
+	return s.Store.Allocate(ctx, req)
+}
+
+func (s *countingStore) attempts() (uuid.UUID, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var id uuid.UUID
+	n := 0
+	for k, v := range s.calls {
+		if v > n {
+			id, n = k, v
+		}
+	}
+	return id, n
+}
+
+// TestRetryWhileInFlight holds the tag's row lock from another session, so
+// that the instance's allocation hangs in PostgreSQL; the attempt times out
+// on the instance's side (the statement may still run) and the instance
+// retries the same request ID, through the proxy, while the original is in
+// flight. When the lock goes, exactly one range is granted for the request.
+func TestRetryWhileInFlight(t *testing.T) {
+	const step = 10
+	dbURL := newDatabase(t, pgtest.Shared(t))
+	direct := open(t, dbURL)
+	createTag(t, direct, "order", step, step)
+	px := newProxy(t, dbURL)
+	store := &countingStore{Store: open(t, px.url), calls: map[uuid.UUID]int{}}
+	a := newInstance(t, store, "in-flight", func(c *allocator.Config) {
+		c.AttemptTimeout = 300 * time.Millisecond
+		c.Segment.LoadTimeout = 30 * time.Second
+		c.Segment.WaitTimeout = 30 * time.Second
+	})
+
+	ctx := context.Background()
+	locker, err := direct.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := locker.Exec(ctx, `SELECT 1 FROM idmint_tags WHERE biz_tag = 'order' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		id  int64
+		err error
+	}
+	first := make(chan result, 1)
+	go func() {
+		id, err := a.Next(ctx, "order")
+		first <- result{id, err}
+	}()
+	waitFor(t, 20*time.Second, "three attempts of one request", func() bool { _, n := store.attempts(); return n >= 3 })
+	if err := locker.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res := <-first
+	if res.err != nil || res.id != 1 {
+		t.Fatalf("Next = %d, %v; want 1", res.id, res.err)
+	}
+	reqID, attempts := store.attempts()
+
+	c := checker.New()
+	c.Ack("client", "order", res.id)
+	for range 3*step - 1 {
+		id, err := a.Next(ctx, "order")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Ack("client", "order", id)
+	}
+	r := c.Report()
+	requireValid(t, r)
+	if tr := r.Tag("order"); tr.Missing != 0 || tr.Highest != 3*step {
+		t.Fatalf("ids up to %d, %d missing: a range leaked", tr.Highest, tr.Missing)
+	}
+	var rows int
+	var first64, last64 int64
+	if err := direct.Pool().QueryRow(ctx, `SELECT count(*), min(first_id), max(last_id) FROM idmint_segments WHERE request_id = $1`, reqID).Scan(&rows, &first64, &last64); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 1 || first64 != 1 || last64 != step {
+		t.Fatalf("request %s: %d segments [%d, %d]; want exactly one, [1, %d]", reqID, rows, first64, last64, step)
+	}
+	var segments, granted int64
+	direct.Pool().QueryRow(ctx, `SELECT count(*), sum(last_id - first_id + 1) FROM idmint_segments WHERE biz_tag = 'order'`).Scan(&segments, &granted)
+	if m := maxID(t, direct, "order"); m != granted {
+		t.Fatalf("max_id %d but logged segments hold %d ids: an attempt moved max_id without a segment", m, granted)
+	}
+	t.Log(fmt.Sprintf("request %s: %d attempts while the original was held in PostgreSQL, exactly 1 segment granted; %d ids, 0 duplicates, 0 gaps",
+		reqID, attempts, r.IDs()))
+}
