@@ -12,25 +12,39 @@ import (
 	"github.com/pressly/goose/v3/lock"
 )
 
-//go:embed postgres/*.sql
+// The schema is written once per dialect: the files share version numbers
+// and differ only where SQL must (PostgreSQL checks tag names with a regular
+// expression, SQLite with GLOB).
+//
+//go:embed postgres/*.sql sqlite/*.sql
 var files embed.FS
 
 // VersionTable is the table where goose records the applied versions.
 const VersionTable = "idmint_schema_version"
 
-// Postgres returns the PostgreSQL migration files.
-func Postgres() fs.FS {
-	sub, err := fs.Sub(files, "postgres")
-	if err != nil {
-		panic(err) // the embedded tree is fixed at build time
+// Dialect is a database engine the schema is written for.
+type Dialect string
+
+// The dialects idmint knows.
+const (
+	PostgreSQL Dialect = "postgres"
+	SQLite     Dialect = "sqlite"
+)
+
+// Files returns the migration files of d.
+func Files(d Dialect) (fs.FS, error) {
+	switch d {
+	case PostgreSQL, SQLite:
+		return fs.Sub(files, string(d))
 	}
-	return sub
+	return nil, fmt.Errorf("migrations: unknown dialect %q", d)
 }
 
-// Up applies every pending migration to a PostgreSQL database and returns
-// the versions it applied.
-func Up(ctx context.Context, db *sql.DB, logger *slog.Logger) ([]int64, error) {
-	p, err := provider(db)
+// Up applies every pending migration and returns the versions it applied.
+// Several processes may run it at once on one database: a lock lets one
+// apply the files while the others wait.
+func Up(ctx context.Context, db *sql.DB, d Dialect, logger *slog.Logger) ([]int64, error) {
+	p, err := provider(db, d)
 	if err != nil {
 		return nil, err
 	}
@@ -50,8 +64,8 @@ func Up(ctx context.Context, db *sql.DB, logger *slog.Logger) ([]int64, error) {
 
 // Version returns the schema version of the database and the newest version
 // this binary knows.
-func Version(ctx context.Context, db *sql.DB) (current, latest int64, err error) {
-	p, err := provider(db)
+func Version(ctx context.Context, db *sql.DB, d Dialect) (current, latest int64, err error) {
+	p, err := provider(db, d)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -65,16 +79,29 @@ func Version(ctx context.Context, db *sql.DB) (current, latest int64, err error)
 	return current, latest, nil
 }
 
-func provider(db *sql.DB) (*goose.Provider, error) {
-	locker, err := lock.NewPostgresSessionLocker()
+func provider(db *sql.DB, d Dialect) (*goose.Provider, error) {
+	fsys, err := Files(d)
 	if err != nil {
-		return nil, fmt.Errorf("migration lock: %w", err)
+		return nil, err
 	}
-	p, err := goose.NewProvider(goose.DialectPostgres, db, Postgres(),
+	opts := []goose.ProviderOption{
 		goose.WithTableName(VersionTable),
-		goose.WithSessionLocker(locker),
 		goose.WithDisableGlobalRegistry(true),
-	)
+	}
+	var dialect goose.Dialect
+	switch d {
+	case PostgreSQL:
+		dialect = goose.DialectPostgres
+		locker, err := lock.NewPostgresSessionLocker()
+		if err != nil {
+			return nil, fmt.Errorf("migration lock: %w", err)
+		}
+		opts = append(opts, goose.WithSessionLocker(locker))
+	case SQLite:
+		dialect = goose.DialectSQLite3
+		opts = append(opts, goose.WithLocker(newSQLiteLocker()))
+	}
+	p, err := goose.NewProvider(dialect, db, fsys, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}

@@ -2,8 +2,15 @@ package main
 
 import (
 	"context"
+	"database/sql"
+	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
 
@@ -11,29 +18,210 @@ import (
 	"github.com/idmint/idmint/migrations"
 )
 
+// storeConfig chooses the store: PostgreSQL or a SQLite file by the scheme
+// of the database URL, or with no URL the SQLite file in the data directory
+// (single-machine mode).
+type storeConfig struct {
+	url     string
+	dataDir string
+}
+
+// register adds the flags that choose the store.
+func (c *storeConfig) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.url, "database-url", "",
+		"postgres://user:pass@host:5432/db for PostgreSQL, sqlite://PATH or file:PATH for a SQLite file; empty: the SQLite file in --data-dir")
+	fs.StringVar(&c.dataDir, "data-dir", "",
+		"directory of the SQLite file used when no --database-url is given (default $XDG_DATA_HOME/idmint or ~/.local/share/idmint)")
+}
+
+// sqliteFile is the name of the SQLite file in the data directory.
+const sqliteFile = "idmint.db"
+
+// openedStore is an open store with what the commands need to know of it.
+type openedStore struct {
+	store   allocator.Store
+	admin   allocator.Admin
+	dialect migrations.Dialect
+	close   func()
+	// applied lists the migrations this open applied; version is the
+	// schema version after it.
+	applied []int64
+	version int64
+	// firstRun is set when this open created the default SQLite file's
+	// schema: the first start of the single-machine mode.
+	firstRun bool
+}
+
+// openStore opens the store c chooses and checks its schema, applying the
+// migrations first when migrate is set. A SQLite file is always migrated:
+// it belongs to idmint alone, and a new one must work at once.
+func openStore(ctx context.Context, c storeConfig, migrate bool, logger *slog.Logger) (*openedStore, error) {
+	dialect, path, err := parseDatabaseURL(c.url)
+	if err != nil {
+		return nil, err
+	}
+	if dialect == migrations.PostgreSQL {
+		return openPostgres(ctx, c.url, migrate, logger)
+	}
+	embedded := path == ""
+	if embedded {
+		dir := c.dataDir
+		if dir == "" {
+			if dir, err = defaultDataDir(); err != nil {
+				return nil, err
+			}
+		}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("data directory: %w", err)
+		}
+		path = filepath.Join(dir, sqliteFile)
+	}
+	logger.Info("single-machine mode: IDs come from a SQLite file on this machine; several idmint processes on this host may share it, other machines need PostgreSQL (--database-url postgres://…)",
+		"data", path)
+	store, err := allocator.OpenSQLite(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	o := &openedStore{store: store, admin: store, dialect: migrations.SQLite, close: func() { store.Close() }}
+	if err := o.checkSchema(ctx, store.DB(), true, logger); err != nil {
+		store.Close()
+		return nil, err
+	}
+	o.firstRun = embedded && len(o.applied) > 0 && o.applied[0] == 1
+	return o, nil
+}
+
 // openPostgres connects, optionally migrates, and checks that the schema is
 // the one this binary knows.
-func openPostgres(ctx context.Context, url string, migrate bool, logger *slog.Logger) (*allocator.Postgres, error) {
+func openPostgres(ctx context.Context, url string, migrate bool, logger *slog.Logger) (*openedStore, error) {
 	store, err := allocator.OpenPostgres(ctx, url)
 	if err != nil {
 		return nil, err
 	}
 	db := stdlib.OpenDBFromPool(store.Pool())
 	defer db.Close()
-	if migrate {
-		if _, err := migrations.Up(ctx, db, logger); err != nil {
-			store.Close()
-			return nil, err
-		}
-	}
-	current, latest, err := migrations.Version(ctx, db)
-	if err != nil {
+	o := &openedStore{store: store, admin: store, dialect: migrations.PostgreSQL, close: store.Close}
+	if err := o.checkSchema(ctx, db, migrate, logger); err != nil {
 		store.Close()
-		return nil, fmt.Errorf("%w (is the database migrated? run: idmint migrate)", err)
+		return nil, err
+	}
+	return o, nil
+}
+
+// checkSchema applies the migrations if migrate is set, then checks that the
+// schema is the one this binary knows.
+func (o *openedStore) checkSchema(ctx context.Context, db *sql.DB, migrate bool, logger *slog.Logger) error {
+	if migrate {
+		applied, err := migrations.Up(ctx, db, o.dialect, logger)
+		if err != nil {
+			return err
+		}
+		o.applied = applied
+	}
+	current, latest, err := migrations.Version(ctx, db, o.dialect)
+	if err != nil {
+		return fmt.Errorf("%w (is the database migrated? run: idmint migrate)", err)
 	}
 	if current < latest {
-		store.Close()
-		return nil, fmt.Errorf("database schema is at version %d, this idmint needs %d: run idmint migrate (or serve --migrate)", current, latest)
+		return fmt.Errorf("database schema is at version %d, this idmint needs %d: run idmint migrate (or serve --migrate)", current, latest)
 	}
-	return store, nil
+	o.version = current
+	return nil
+}
+
+// parseDatabaseURL returns the dialect a database URL selects and, for
+// SQLite, the file's path. An empty URL selects SQLite with no path: the
+// default file in the data directory.
+func parseDatabaseURL(url string) (migrations.Dialect, string, error) {
+	switch {
+	case url == "":
+		return migrations.SQLite, "", nil
+	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+		return migrations.PostgreSQL, "", nil
+	case strings.HasPrefix(url, "sqlite://"):
+		// sqlite:///var/lib/idmint.db is absolute, sqlite://idmint.db relative.
+		if path := strings.TrimPrefix(url, "sqlite://"); path != "" {
+			return migrations.SQLite, path, nil
+		}
+	case strings.HasPrefix(url, "file:"):
+		// file:///var/lib/idmint.db, file:/var/lib/idmint.db or file:idmint.db.
+		path := strings.TrimPrefix(url, "file:")
+		if strings.HasPrefix(path, "///") {
+			path = path[2:]
+		}
+		if path != "" {
+			return migrations.SQLite, path, nil
+		}
+	}
+	return "", "", fmt.Errorf("database url %q: want postgres://…, postgresql://…, sqlite://PATH or file:PATH", redact(url))
+}
+
+// redact hides the password of a URL in an error message.
+func redact(url string) string {
+	scheme, rest, ok := strings.Cut(url, "://")
+	at := strings.LastIndex(rest, "@")
+	if !ok || at < 0 {
+		return url
+	}
+	return scheme + "://…" + rest[at:]
+}
+
+// defaultDataDir is where the SQLite file lives when no --data-dir is given:
+// $XDG_DATA_HOME/idmint, else ~/.local/share/idmint (the XDG default), so
+// that the IDs survive the working directory and a reboot.
+func defaultDataDir() (string, error) {
+	if dir := os.Getenv("XDG_DATA_HOME"); filepath.IsAbs(dir) {
+		return filepath.Join(dir, "idmint"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("no data directory for the SQLite file (%w): set --data-dir or IDMINT_DATA_DIR", err)
+	}
+	return filepath.Join(home, ".local", "share", "idmint"), nil
+}
+
+// firstRunTag is created on the first start of the single-machine mode, so
+// that `curl 'localhost:8080/id?biz_tag=demo'` answers at once.
+const firstRunTag = "demo"
+
+// tagList is a flag naming tags, repeated or comma-separated.
+type tagList []string
+
+func (l *tagList) String() string { return strings.Join(*l, ",") }
+
+func (l *tagList) Set(v string) error {
+	for name := range strings.SplitSeq(v, ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			if err := allocator.ValidateTag(name); err != nil {
+				return err
+			}
+			*l = append(*l, name)
+		}
+	}
+	return nil
+}
+
+// ensureTags creates, with the default step, each tag named that does not
+// exist yet, and the demo tag on the first run of the single-machine mode.
+// An operator names them; a request never creates a tag.
+func ensureTags(ctx context.Context, o *openedStore, names tagList, logger *slog.Logger) error {
+	if o.firstRun {
+		names = append(names, firstRunTag)
+	}
+	for _, name := range names {
+		t, err := o.admin.CreateTag(ctx, allocator.TagSpec{Name: name})
+		switch {
+		case errors.Is(err, allocator.ErrExists):
+		case err != nil:
+			return fmt.Errorf("create tag %q: %w", name, err)
+		default:
+			logger.Info("tag created", "biz_tag", t.Name, "step", t.Step)
+		}
+	}
+	return nil
+}
+
+// pruner is a store whose segment log can be pruned.
+type pruner interface {
+	Prune(ctx context.Context, age time.Duration) (int64, error)
 }

@@ -1,5 +1,8 @@
-// Command idmint serves unique 64-bit IDs per business tag from PostgreSQL.
+// Command idmint serves unique 64-bit IDs per business tag from PostgreSQL,
+// or, given no database URL, from a SQLite file in the data directory
+// (single-machine mode, with a demo tag on first start).
 //
+//	idmint serve                      # SQLite in ~/.local/share/idmint
 //	idmint serve --database-url postgres://… [--migrate]
 //	idmint migrate --database-url postgres://…
 //	idmint tag create order --step 1000

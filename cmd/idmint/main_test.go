@@ -10,12 +10,15 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/idmint/idmint/internal/pgtest"
+	"github.com/idmint/idmint/migrations"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
@@ -167,11 +170,76 @@ func TestEndToEnd(t *testing.T) {
 	}
 }
 
-func TestServe_NeedsDatabase(t *testing.T) {
+// TestServe_SingleMachine is the first run of a newcomer: no database URL,
+// so serve opens a SQLite file in the data directory with a demo tag; after
+// a restart the next ID is above every ID handed out before.
+func TestServe_SingleMachine(t *testing.T) {
+	dir := t.TempDir()
 	t.Setenv("IDMINT_DATABASE_URL", "")
-	err := run(context.Background(), []string{"serve"}, io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "IDMINT_DATABASE_URL") {
-		t.Fatalf("err = %v", err)
+	t.Setenv("IDMINT_DATA_DIR", dir)
+
+	base, stop := startServe(t)
+	var one struct{ ID string }
+	if status := getJSON(t, base+"/id?biz_tag=demo", &one); status != 200 || one.ID != "1" {
+		t.Fatalf("/id?biz_tag=demo: %d %+v", status, one)
+	}
+	var e struct{ Error struct{ Code string } }
+	if status := getJSON(t, base+"/id?biz_tag=order", &e); status != 404 || e.Error.Code != "unknown_tag" {
+		t.Fatalf("a request created a tag: %d %+v", status, e)
+	}
+	var many struct{ IDs []string }
+	getJSON(t, base+"/ids?biz_tag=demo&count=5", &many)
+	stop()
+	if _, err := os.Stat(filepath.Join(dir, "idmint.db")); err != nil {
+		t.Fatal(err)
+	}
+
+	// The same file, from the tag command and a second start with --tag.
+	if out := idmint(t, "tag", "list"); !strings.Contains(out, "demo") {
+		t.Fatalf("tag list: %s", out)
+	}
+	base, _ = startServe(t, "--tag", "order,user")
+	status := getJSON(t, base+"/id?biz_tag=demo", &one)
+	next, _ := strconv.ParseInt(one.ID, 10, 64)
+	last, _ := strconv.ParseInt(many.IDs[len(many.IDs)-1], 10, 64)
+	if status != 200 || next <= last {
+		t.Fatalf("after restart: %d %+v, want above %d", status, one, last)
+	}
+	for _, tag := range []string{"order", "user"} {
+		if status := getJSON(t, base+"/id?biz_tag="+tag, &one); status != 200 || one.ID != "1" {
+			t.Fatalf("--tag %s: %d %+v", tag, status, one)
+		}
+	}
+}
+
+func TestParseDatabaseURL(t *testing.T) {
+	tests := []struct {
+		name, url string
+		dialect   migrations.Dialect
+		path      string
+	}{
+		{"none: the default file", "", migrations.SQLite, ""},
+		{"postgres", "postgres://u:p@h:5432/db", migrations.PostgreSQL, ""},
+		{"postgresql", "postgresql://h/db?sslmode=disable", migrations.PostgreSQL, ""},
+		{"sqlite absolute", "sqlite:///var/lib/idmint/ids.db", migrations.SQLite, "/var/lib/idmint/ids.db"},
+		{"sqlite relative", "sqlite://ids.db", migrations.SQLite, "ids.db"},
+		{"file absolute", "file:///var/lib/ids.db", migrations.SQLite, "/var/lib/ids.db"},
+		{"file single slash", "file:/var/lib/ids.db", migrations.SQLite, "/var/lib/ids.db"},
+		{"file relative", "file:ids.db", migrations.SQLite, "ids.db"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, path, err := parseDatabaseURL(tt.url)
+			if err != nil || d != tt.dialect || path != tt.path {
+				t.Fatalf("got %q %q %v; want %q %q", d, path, err, tt.dialect, tt.path)
+			}
+		})
+	}
+	for _, bad := range []string{"mysql://u:secret@h/db", "sqlite://", "ids.db"} {
+		_, _, err := parseDatabaseURL(bad)
+		if err == nil || strings.Contains(err.Error(), "secret") {
+			t.Errorf("parseDatabaseURL(%q) = %v; want an error without the password", bad, err)
+		}
 	}
 }
 

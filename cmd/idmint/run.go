@@ -21,7 +21,8 @@ func exitCode(err error) int {
 	return 1
 }
 
-const usage = `idmint hands out unique 64-bit IDs per business tag, backed by PostgreSQL.
+const usage = `idmint hands out unique 64-bit IDs per business tag, backed by PostgreSQL
+or, with no --database-url, by a SQLite file on this machine (--data-dir).
 
 Usage:
   idmint serve [flags]                   run the HTTP service

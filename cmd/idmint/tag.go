@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strconv"
 	"text/tabwriter"
 
@@ -25,7 +25,8 @@ func runTag(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	sub, args := args[0], args[1:]
 	fs := newFlagSet("tag "+sub, "idmint tag "+sub+" …", stderr)
-	url := fs.String("database-url", "", "PostgreSQL URL")
+	var sc storeConfig
+	sc.register(fs)
 	var (
 		spec     allocator.TagSpec
 		to, by   int64
@@ -58,26 +59,25 @@ func runTag(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprint(stderr, tagUsage)
 		return errUsage
 	}
-	if *url == "" {
-		return errors.New("no database: set --database-url or IDMINT_DATABASE_URL")
-	}
-	store, err := allocator.OpenPostgres(ctx, *url)
+	// Logs would only clutter the table; errors still say what failed.
+	store, err := openStore(ctx, sc, false, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return err
 	}
-	defer store.Close()
+	defer store.close()
+	admin := store.admin
 
 	var tags []allocator.Tag
 	switch sub {
 	case "create":
 		spec.Name = pos[0]
-		t, err := store.CreateTag(ctx, spec)
+		t, err := admin.CreateTag(ctx, spec)
 		if err != nil {
 			return err
 		}
 		tags = []allocator.Tag{t}
 	case "list":
-		if tags, err = store.Tags(ctx); err != nil {
+		if tags, err = admin.Tags(ctx); err != nil {
 			return err
 		}
 	case "set-step":
@@ -85,13 +85,13 @@ func runTag(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if err != nil {
 			return fmt.Errorf("step %q: not a whole number", pos[1])
 		}
-		t, err := store.SetStep(ctx, pos[0], step, spec.MaxStep)
+		t, err := admin.SetStep(ctx, pos[0], step, spec.MaxStep)
 		if err != nil {
 			return err
 		}
 		tags = []allocator.Tag{t}
 	case "bump":
-		t, err := store.Bump(ctx, pos[0], to, by)
+		t, err := admin.Bump(ctx, pos[0], to, by)
 		if err != nil {
 			return err
 		}

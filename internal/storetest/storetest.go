@@ -1,0 +1,379 @@
+package storetest
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/segment"
+)
+
+// Store is what the contract tests: a Store whose tags can be administered.
+type Store interface {
+	allocator.Store
+	allocator.Admin
+}
+
+// Run runs the contract against stores returned by open, one fresh store
+// per subtest.
+func Run(t *testing.T, open func(t *testing.T) Store) {
+	t.Run("ranges are consecutive and bounded by step and max_step", func(t *testing.T) {
+		s := open(t)
+		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10, MaxStep: 50})
+		for _, w := range []struct{ size, first, last int64 }{
+			{0, 1, 10},      // the tag's step
+			{5, 11, 20},     // below step: step
+			{30, 21, 50},    // within bounds
+			{1000, 51, 100}, // above max_step: max_step
+		} {
+			seg, err := s.Allocate(t.Context(), newRequest("order", w.size))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if seg.First != w.first || seg.Last != w.last || seg.Step != 10 || seg.MaxStep != 50 || seg.Tag != "order" {
+				t.Fatalf("size %d: got %+v, want [%d, %d], step 10, max_step 50", w.size, seg, w.first, w.last)
+			}
+		}
+		if got := maxID(t, s, "order"); got != 100 {
+			t.Fatalf("max_id = %d, want 100", got)
+		}
+	})
+
+	t.Run("without max_step the default maximum applies", func(t *testing.T) {
+		s := open(t)
+		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10})
+		seg, err := s.Allocate(t.Context(), newRequest("order", math.MaxInt64))
+		if n := seg.Last - seg.First + 1; err != nil || n != segment.DefaultMaxStep || seg.MaxStep != 0 {
+			t.Fatalf("got %+v (%d ids), %v; want %d ids", seg, n, err, segment.DefaultMaxStep)
+		}
+	})
+
+	t.Run("tags are independent and start where asked", func(t *testing.T) {
+		s := open(t)
+		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10})
+		createTag(t, s, allocator.TagSpec{Name: "user", Step: 5, Start: 1000})
+		o, err1 := s.Allocate(t.Context(), newRequest("order", 0))
+		u, err2 := s.Allocate(t.Context(), newRequest("user", 0))
+		if err1 != nil || err2 != nil || o.First != 1 || u.First != 1000 || u.Last != 1004 {
+			t.Fatalf("order %+v %v, user %+v %v", o, err1, u, err2)
+		}
+	})
+
+	t.Run("unknown tag", func(t *testing.T) {
+		s := open(t)
+		if _, err := s.Allocate(t.Context(), newRequest("nope", 0)); !errors.Is(err, allocator.ErrUnknownTag) {
+			t.Fatalf("err = %v, want ErrUnknownTag", err)
+		}
+		if tags, err := s.Tags(t.Context()); err != nil || len(tags) != 0 {
+			t.Fatalf("an unknown tag was created: %+v, %v", tags, err)
+		}
+	})
+
+	t.Run("a request ID is granted once", func(t *testing.T) {
+		s := open(t)
+		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10})
+		req := newRequest("order", 0)
+		first, err := s.Allocate(t.Context(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Allocate(t.Context(), req); !errors.Is(err, allocator.ErrAlreadyGranted) {
+			t.Fatalf("retry err = %v, want ErrAlreadyGranted", err)
+		}
+		if got := maxID(t, s, "order"); got != first.Last {
+			t.Fatalf("the retry moved max_id from %d to %d", first.Last, got)
+		}
+		got, err := s.Lookup(t.Context(), req.ID)
+		if err != nil || got != first {
+			t.Fatalf("Lookup = %+v, %v; want %+v", got, err, first)
+		}
+		if _, err := s.Lookup(t.Context(), uuid.Must(uuid.NewV7())); !errors.Is(err, allocator.ErrNotFound) {
+			t.Fatalf("Lookup of an unknown request: %v, want ErrNotFound", err)
+		}
+	})
+
+	t.Run("concurrent retries of one request: one grant", func(t *testing.T) {
+		s := open(t)
+		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10})
+		req := newRequest("order", 0)
+		errs := make([]error, 8)
+		var wg sync.WaitGroup
+		for i := range errs {
+			wg.Go(func() { _, errs[i] = s.Allocate(t.Context(), req) })
+		}
+		wg.Wait()
+		granted := 0
+		for _, err := range errs {
+			switch {
+			case err == nil:
+				granted++
+			case !errors.Is(err, allocator.ErrAlreadyGranted):
+				t.Fatalf("unexpected error: %v", err)
+			}
+		}
+		if granted != 1 || maxID(t, s, "order") != 10 {
+			t.Fatalf("granted %d times, max_id %d; want once, 10", granted, maxID(t, s, "order"))
+		}
+	})
+
+	t.Run("overflow is refused, never wrapped", func(t *testing.T) {
+		s := open(t)
+		createTag(t, s, allocator.TagSpec{Name: "big", Step: 100, Start: math.MaxInt64 - 149})
+		seg, err := s.Allocate(t.Context(), newRequest("big", 0))
+		if err != nil || seg.Last != math.MaxInt64-50 {
+			t.Fatalf("first: %+v, %v", seg, err)
+		}
+		for _, size := range []int64{0, math.MaxInt64} {
+			if _, err := s.Allocate(t.Context(), newRequest("big", size)); !errors.Is(err, allocator.ErrExhausted) {
+				t.Fatalf("size %d: err = %v, want ErrExhausted", size, err)
+			}
+		}
+		if got := maxID(t, s, "big"); got != seg.Last {
+			t.Fatalf("a refused allocation moved max_id from %d to %d", seg.Last, got)
+		}
+		// The last ID, exactly: a segment may end on 2^63-1.
+		if _, err := s.SetStep(t.Context(), "big", 50, 0); err != nil {
+			t.Fatal(err)
+		}
+		if seg, err := s.Allocate(t.Context(), newRequest("big", 0)); err != nil || seg.Last != math.MaxInt64 {
+			t.Fatalf("last segment: %+v, %v; want one ending at 2^63-1", seg, err)
+		}
+	})
+
+	t.Run("below the instance's floor nothing is granted and max_id stays", func(t *testing.T) {
+		s := open(t)
+		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10})
+		req := newRequest("order", 0)
+		req.Floor = 500 // this instance was granted up to 500: the store went back in time
+		if _, err := s.Allocate(t.Context(), req); !errors.Is(err, allocator.ErrRolledBack) {
+			t.Fatalf("err = %v, want ErrRolledBack", err)
+		}
+		if got := maxID(t, s, "order"); got != 0 {
+			t.Fatalf("a refused allocation moved max_id to %d", got)
+		}
+		req = newRequest("order", 0)
+		req.Floor = 0
+		if seg, err := s.Allocate(t.Context(), req); err != nil || seg.First != 1 {
+			t.Fatalf("at the floor: %+v, %v", seg, err)
+		}
+	})
+
+	t.Run("give back only the newest range", func(t *testing.T) {
+		s := open(t)
+		r, ok := s.(allocator.Returner)
+		if !ok {
+			t.Skip("not a Returner")
+		}
+		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10})
+		older, _ := s.Allocate(t.Context(), newRequest("order", 0))
+		newest, _ := s.Allocate(t.Context(), newRequest("order", 0))
+		if done, err := r.GiveBack(t.Context(), "order", older.First+3, older.Last); err != nil || done {
+			t.Fatalf("gave back under a newer range: %v, %v", done, err)
+		}
+		if done, err := r.GiveBack(t.Context(), "order", newest.First+3, newest.Last); err != nil || !done {
+			t.Fatalf("GiveBack of the newest tail = %v, %v", done, err)
+		}
+		if got := maxID(t, s, "order"); got != newest.First+2 {
+			t.Fatalf("max_id = %d, want %d", got, newest.First+2)
+		}
+		if _, err := r.GiveBack(t.Context(), "order", 5, 4); err == nil {
+			t.Fatal("accepted an empty range")
+		}
+	})
+
+	t.Run("concurrent allocations never overlap", func(t *testing.T) {
+		const goroutines, each = 16, 40
+		s := open(t)
+		createTag(t, s, allocator.TagSpec{Name: "order", Step: 3, MaxStep: 20})
+		got := make([][]allocator.Segment, goroutines)
+		var wg sync.WaitGroup
+		for g := range goroutines {
+			wg.Go(func() {
+				for i := range each {
+					seg, err := s.Allocate(t.Context(), newRequest("order", int64(i%25)))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					got[g] = append(got[g], seg)
+				}
+			})
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		var all []allocator.Segment
+		for g, segs := range got {
+			for i, seg := range segs {
+				if i > 0 && seg.First <= segs[i-1].Last {
+					t.Fatalf("goroutine %d: %+v after %+v", g, seg, segs[i-1])
+				}
+			}
+			all = append(all, segs...)
+		}
+		slices.SortFunc(all, func(a, b allocator.Segment) int { return cmp.Compare(a.First, b.First) })
+		next := int64(1)
+		for _, seg := range all {
+			if seg.First != next {
+				t.Fatalf("segment %+v: want it to start at %d (overlap or hole)", seg, next)
+			}
+			next = seg.Last + 1
+		}
+		if got := maxID(t, s, "order"); got != next-1 {
+			t.Fatalf("max_id = %d, granted up to %d", got, next-1)
+		}
+	})
+
+	t.Run("an allocator recovers a lost reply by request ID", func(t *testing.T) {
+		s := open(t)
+		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10, MaxStep: 10})
+		lossy := &losingStore{Store: s, lose: 3}
+		a := allocator.New(allocator.Config{
+			Store:    lossy,
+			Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+			RetryMin: time.Millisecond,
+			RetryMax: 5 * time.Millisecond,
+			Segment:  segment.Config{Period: time.Nanosecond, WaitTimeout: 5 * time.Second, LoadTimeout: 5 * time.Second},
+		})
+		defer a.Close(context.Background())
+		ids, err := a.NextN(t.Context(), "order", 25)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, id := range ids {
+			if id != int64(i+1) {
+				t.Fatalf("ids[%d] = %d, want %d: a lost reply cost a range", i, id, i+1)
+			}
+		}
+		if lossy.lost() != 3 {
+			t.Fatalf("lost %d replies, want 3", lossy.lost())
+		}
+	})
+
+	t.Run("tag administration", func(t *testing.T) {
+		s := open(t)
+		created, err := s.CreateTag(t.Context(), allocator.TagSpec{Name: "user", Description: "users"})
+		want := allocator.Tag{Name: "user", MaxID: 0, Step: allocator.DefaultStep, Description: "users"}
+		if err != nil || created != want {
+			t.Fatalf("CreateTag = %+v, %v; want %+v", created, err, want)
+		}
+		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10, Start: 100})
+		if _, err := s.CreateTag(t.Context(), allocator.TagSpec{Name: "order"}); !errors.Is(err, allocator.ErrExists) {
+			t.Errorf("create twice: %v, want ErrExists", err)
+		}
+		for _, spec := range []allocator.TagSpec{
+			{Name: "bad tag"}, {Name: "-x"}, {Name: ""}, {Name: string(make([]byte, 65))},
+		} {
+			if _, err := s.CreateTag(t.Context(), spec); !errors.Is(err, allocator.ErrInvalidTag) {
+				t.Errorf("CreateTag(%q): %v, want ErrInvalidTag", spec.Name, err)
+			}
+		}
+		for _, spec := range []allocator.TagSpec{
+			{Name: "a", Step: -1}, {Name: "a", Step: 100, MaxStep: 10}, {Name: "a", Step: 100_000_001}, {Name: "a", Start: -5},
+		} {
+			if _, err := s.CreateTag(t.Context(), spec); err == nil {
+				t.Errorf("CreateTag(%+v) accepted", spec)
+			}
+		}
+
+		if tag, err := s.SetStep(t.Context(), "order", 20, 40); err != nil || tag.Step != 20 || tag.MaxStep != 40 || tag.MaxID != 99 {
+			t.Fatalf("SetStep = %+v, %v", tag, err)
+		}
+		if seg, err := s.Allocate(t.Context(), newRequest("order", 1000)); err != nil || seg.First != 100 || seg.Last != 139 {
+			t.Fatalf("after SetStep: %+v, %v; want [100, 139]", seg, err)
+		}
+		if _, err := s.SetStep(t.Context(), "nope", 10, 0); !errors.Is(err, allocator.ErrUnknownTag) {
+			t.Errorf("SetStep unknown: %v, want ErrUnknownTag", err)
+		}
+		if _, err := s.SetStep(t.Context(), "order", 50, 10); err == nil {
+			t.Error("SetStep accepted max_step below step")
+		}
+
+		for _, b := range []struct {
+			to, by, want int64
+		}{
+			{to: 1000, want: 1000},
+			{to: 10, want: 1000}, // never lowers
+			{by: 5, want: 1005},
+		} {
+			if tag, err := s.Bump(t.Context(), "order", b.to, b.by); err != nil || tag.MaxID != b.want {
+				t.Fatalf("Bump(to %d, by %d) = %+v, %v; want max_id %d", b.to, b.by, tag, err, b.want)
+			}
+		}
+		if _, err := s.Bump(t.Context(), "order", 10, 10); err == nil {
+			t.Error("Bump accepted both --to and --by")
+		}
+		if _, err := s.Bump(t.Context(), "nope", 10, 0); !errors.Is(err, allocator.ErrUnknownTag) {
+			t.Errorf("Bump unknown: %v, want ErrUnknownTag", err)
+		}
+
+		tags, err := s.Tags(t.Context())
+		if err != nil || len(tags) != 2 || tags[0].Name != "order" || tags[1] != want {
+			t.Fatalf("Tags = %+v, %v", tags, err)
+		}
+	})
+}
+
+// losingStore commits allocations but loses the first n replies, as a
+// connection that drops after COMMIT would.
+type losingStore struct {
+	allocator.Store
+	mu      sync.Mutex // protects lose and dropped
+	lose    int
+	dropped int
+}
+
+func (s *losingStore) Allocate(ctx context.Context, req allocator.Request) (allocator.Segment, error) {
+	seg, err := s.Store.Allocate(ctx, req)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil && s.dropped < s.lose {
+		s.dropped++
+		return allocator.Segment{}, fmt.Errorf("%w: reply dropped by the test", allocator.ErrAmbiguous)
+	}
+	return seg, err
+}
+
+func (s *losingStore) lost() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dropped
+}
+
+func newRequest(tag string, size int64) allocator.Request {
+	return allocator.Request{ID: uuid.Must(uuid.NewV7()), Tag: tag, Size: size, Instance: "storetest"}
+}
+
+func createTag(tb testing.TB, s Store, spec allocator.TagSpec) {
+	tb.Helper()
+	if _, err := s.CreateTag(context.Background(), spec); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+func maxID(tb testing.TB, s Store, name string) int64 {
+	tb.Helper()
+	tags, err := s.Tags(context.Background())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, t := range tags {
+		if t.Name == name {
+			return t.MaxID
+		}
+	}
+	tb.Fatalf("no tag %q", name)
+	return 0
+}
