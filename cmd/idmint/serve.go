@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -19,7 +18,8 @@ import (
 )
 
 type serveConfig struct {
-	databaseURL     string
+	store           storeConfig
+	tags            tagList
 	listen          string
 	migrate         bool
 	instance        string
@@ -38,9 +38,10 @@ type serveConfig struct {
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var c serveConfig
 	fs := newFlagSet("serve", "idmint serve [flags]", stderr)
-	fs.StringVar(&c.databaseURL, "database-url", "", "PostgreSQL URL, e.g. postgres://user:pass@host:5432/db")
+	c.store.register(fs)
+	fs.Var(&c.tags, "tag", "create these tags at start if missing, with the default step (repeat or comma-separate)")
 	fs.StringVar(&c.listen, "listen", ":8080", "HTTP listen address")
-	fs.BoolVar(&c.migrate, "migrate", false, "apply database migrations before serving")
+	fs.BoolVar(&c.migrate, "migrate", false, "apply database migrations before serving (a SQLite file is always migrated)")
 	fs.StringVar(&c.instance, "instance", defaultInstance(), "name of this instance in the segment log and /id/health")
 	fs.IntVar(&c.maxCount, "max-count", 1000, "largest count accepted by /ids")
 	fs.DurationVar(&c.requestTimeout, "request-timeout", 5*time.Second, "longest time one HTTP request may take")
@@ -59,23 +60,23 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if c.databaseURL == "" {
-		return errors.New("no database: set --database-url or IDMINT_DATABASE_URL (see README: running PostgreSQL)")
-	}
 	return serve(ctx, c, logger)
 }
 
 func serve(ctx context.Context, c serveConfig, logger *slog.Logger) error {
-	store, err := openPostgres(ctx, c.databaseURL, c.migrate, logger)
+	store, err := openStore(ctx, c.store, c.migrate, logger)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
+	defer store.close()
+	if err := ensureTags(ctx, store, c.tags, logger); err != nil {
+		return err
+	}
 
 	// Metrics come first: the allocator reports each segment load to them.
 	metrics := httpapi.NewMetrics()
 	alloc := allocator.New(allocator.Config{
-		Store:    store,
+		Store:    store.store,
 		Instance: c.instance,
 		Logger:   logger,
 		Segment: segment.Config{
@@ -110,8 +111,8 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) error {
 
 	var wg sync.WaitGroup
 	bg, stopBG := context.WithCancel(context.Background())
-	if c.pruneAfter > 0 {
-		wg.Go(func() { prune(bg, store, c.pruneAfter, logger) })
+	if p, ok := store.store.(pruner); ok && c.pruneAfter > 0 {
+		wg.Go(func() { prune(bg, p, c.pruneAfter, logger) })
 	}
 
 	serveErr := make(chan error, 1)
@@ -137,7 +138,7 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) error {
 }
 
 // prune deletes old segment-log rows every hour.
-func prune(ctx context.Context, store *allocator.Postgres, age time.Duration, logger *slog.Logger) {
+func prune(ctx context.Context, store pruner, age time.Duration, logger *slog.Logger) {
 	t := time.NewTicker(time.Hour)
 	defer t.Stop()
 	for {
