@@ -1,0 +1,266 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"image"
+	"image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idmint/idmint/httpapi"
+)
+
+// findChromium returns the headless browser for the dashboard test:
+// IDMINT_TEST_CHROMIUM, or chromium on PATH. Without one the test skips,
+// unless IDMINT_TEST_REQUIRE_BROWSER=1 (CI sets it) makes it fail.
+func findChromium(tb testing.TB) string {
+	tb.Helper()
+	if p := os.Getenv("IDMINT_TEST_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	msg := "no headless browser: install Debian's chromium (apt-get install chromium) or set IDMINT_TEST_CHROMIUM"
+	if os.Getenv("IDMINT_TEST_REQUIRE_BROWSER") == "1" {
+		tb.Fatal(msg + " (IDMINT_TEST_REQUIRE_BROWSER=1: the browser test must run)")
+	}
+	tb.Skip(msg)
+	return ""
+}
+
+// runChromium runs one headless Chromium command against url with a fresh
+// profile and no network of its own beyond the page's requests, bounded in
+// time. virtualMS lets the page's timers run (its 1s refresh) before the
+// result is taken.
+func runChromium(tb testing.TB, bin, url string, virtualMS int, args ...string) []byte {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	all := append([]string{
+		"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--disable-dev-shm-usage", "--hide-scrollbars", "--force-device-scale-factor=1",
+		"--user-data-dir=" + tb.TempDir(),
+		"--virtual-time-budget=" + strconv.Itoa(virtualMS),
+	}, args...)
+	cmd := exec.CommandContext(ctx, bin, append(all, url)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		tb.Fatalf("chromium %v: %v\n%s", args, err, lastLines(stderr.String(), 20))
+	}
+	tb.Logf("chromium %s: %v", strings.Join(args, " "), time.Since(start).Round(time.Millisecond))
+	return stdout.Bytes()
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// artifactDir is where the screenshot goes: IDMINT_TEST_ARTIFACTS if set
+// (CI keeps it), else the test's temporary directory.
+func artifactDir(tb testing.TB) string {
+	tb.Helper()
+	if dir := os.Getenv("IDMINT_TEST_ARTIFACTS"); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			tb.Fatal(err)
+		}
+		return dir
+	}
+	return tb.TempDir()
+}
+
+var (
+	rowRE  = regexp.MustCompile(`(?s)<tr data-tag="([^"]+)"(.*?)</tr>`)
+	attrRE = regexp.MustCompile(`data-([a-z-]+)="([^"]*)"`)
+	barRE  = regexp.MustCompile(`<div class="bar" data-bar="(current|next)" data-(?:ratio|ready)="([^"]*)"><div class="([^"]*)" style="width: ([0-9.]+)%;">`)
+)
+
+// domRow is what the dashboard shows for one tag.
+type domRow struct {
+	attrs map[string]string // data-* of the row and its alarm badges
+	bars  map[string]domBar
+	html  string
+}
+
+type domBar struct {
+	value, class string
+	width        float64
+}
+
+func parseRows(tb testing.TB, dom string) map[string]domRow {
+	tb.Helper()
+	rows := map[string]domRow{}
+	for _, m := range rowRE.FindAllStringSubmatch(dom, -1) {
+		r := domRow{attrs: map[string]string{}, bars: map[string]domBar{}, html: m[2]}
+		open, _, _ := strings.Cut(m[2], ">")
+		for _, a := range attrRE.FindAllStringSubmatch(open, -1) {
+			r.attrs[a[1]] = a[2]
+		}
+		for _, b := range barRE.FindAllStringSubmatch(m[2], -1) {
+			w, err := strconv.ParseFloat(b[4], 64)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			r.bars[b[1]] = domBar{value: b[2], class: b[3], width: w}
+		}
+		rows[m[1]] = r
+	}
+	return rows
+}
+
+// TestDashboard_Browser serves idmint over real PostgreSQL on loopback,
+// opens /id/dashboard in headless Chromium, and checks that every tag's row
+// and both bars show what /id/health says, alarms included; then it takes a
+// screenshot and checks the bars are in it.
+func TestDashboard_Browser(t *testing.T) {
+	bin := findChromium(t)
+	p := newPGInstance(t, map[string]int64{"order": 1000, "user": 200, "payment": 50}, nil)
+
+	// order: past the threshold, next range ready. user: a few IDs, no
+	// next range yet. payment: the database goes back in time, and its
+	// next range is refused.
+	p.take(t, "order", 350)
+	p.take(t, "user", 7)
+	p.take(t, "payment", 1)
+	p.exec(t, `UPDATE idmint_tags SET max_id = 0 WHERE biz_tag = 'payment'`)
+	p.take(t, "payment", 20)
+	eventually(t, "settled buffers", func() bool {
+		_, _, order := p.tag(t, "order")
+		_, _, payment := p.tag(t, "payment")
+		return order.NextReady && payment.Refused > 0 && !payment.Loading
+	})
+	_, h := p.health(t, "")
+	if h.Status != httpapi.StatusDegraded || len(h.Tags) != 3 || h.Tags[0].Tag != "order" {
+		t.Fatalf("health before the browser: %+v", h)
+	}
+
+	url := p.srv.URL + "/id/dashboard"
+	dom := string(runChromium(t, bin, url, 3000, "--dump-dom"))
+	if !strings.Contains(dom, `data-loaded="true"`) {
+		t.Fatalf("the page never rendered /id/health:\n%s", dom)
+	}
+	if !strings.Contains(dom, `id="status" class="pill warn">degraded<`) {
+		t.Errorf("status pill does not say degraded")
+	}
+	if !strings.Contains(dom, `data-up="true"`) {
+		t.Errorf("database pill does not say up")
+	}
+	if !strings.Contains(dom, "the database went back in time") {
+		t.Errorf("the refused range is not among the alarms")
+	}
+
+	rows := parseRows(t, dom)
+	if len(rows) != len(h.Tags) {
+		t.Fatalf("%d rows in the page, %d tags in /id/health", len(rows), len(h.Tags))
+	}
+	for _, th := range h.Tags {
+		r, ok := rows[th.Tag]
+		if !ok {
+			t.Errorf("no row for %s", th.Tag)
+			continue
+		}
+		for attr, want := range map[string]string{
+			"remaining": strconv.FormatInt(th.Remaining, 10),
+			"issued":    strconv.FormatInt(th.Issued, 10),
+			"step":      strconv.FormatInt(th.Step, 10),
+		} {
+			if r.attrs[attr] != want {
+				t.Errorf("%s: data-%s = %q, /id/health says %s", th.Tag, attr, r.attrs[attr], want)
+			}
+		}
+		cur, next := r.bars["current"], r.bars["next"]
+		if cur.value != strconv.FormatFloat(th.RemainingRatio, 'g', -1, 64) ||
+			fmt.Sprintf("%.1f", cur.width) != fmt.Sprintf("%.1f", th.RemainingRatio*100) {
+			t.Errorf("%s: current bar %+v, remaining_ratio %v", th.Tag, cur, th.RemainingRatio)
+		}
+		if next.value != strconv.FormatBool(th.NextReady) || (next.width == 100) != (th.NextReady || th.NextLate) {
+			t.Errorf("%s: next bar %+v, next_ready %v", th.Tag, next, th.NextReady)
+		}
+		text := fmt.Sprintf("%s / %s left · %d–%d", group(th.Remaining), group(th.Current.Last-th.Current.First+1), th.Current.First, th.Current.Last)
+		if !strings.Contains(r.html, text) {
+			t.Errorf("%s: current bar text %q missing", th.Tag, text)
+		}
+		if refused := strings.Contains(r.html, `data-alarm="refused"`); refused != (th.Refused > 0) {
+			t.Errorf("%s: refused badge shown %v, refused_ranges %d", th.Tag, refused, th.Refused)
+		}
+	}
+	if order, next := rows["order"], h.Tags[0].NextRange; !strings.Contains(order.html, fmt.Sprintf("ready · %s ids · %d–%d", group(next.Last-next.First+1), next.First, next.Last)) {
+		t.Errorf("order: next bar does not say ready:\n%s", order.html)
+	}
+
+	// The screenshot is the artifact, and the bars are in it: the current
+	// bars' green and the next bar's violet. Traffic runs meanwhile, so
+	// that it shows a live instance.
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 2000 { // ~50s at most
+			select {
+			case <-stop:
+				return
+			case <-time.After(25 * time.Millisecond):
+			}
+			for _, q := range []string{"order&count=3", "user&count=1"} {
+				if resp, err := client.Get(p.srv.URL + "/ids?biz_tag=" + q); err == nil {
+					resp.Body.Close()
+				}
+			}
+		}
+	}()
+	shot := filepath.Join(artifactDir(t), "dashboard.png")
+	runChromium(t, bin, url, 3000, "--screenshot="+shot, "--window-size=1440,600")
+	close(stop)
+	<-done
+	t.Logf("screenshot: %s", shot)
+	f, err := os.Open(shot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if green, violet := countColor(img, 0x3f, 0xb9, 0x50), countColor(img, 0x8b, 0x7c, 0xf6); green < 500 || violet < 500 {
+		t.Errorf("screenshot %s: %d green and %d violet pixels, want the bars", shot, green, violet)
+	}
+}
+
+// group writes n with thousands separators, as the page does.
+func group(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+// countColor counts the pixels within a small distance of one RGB colour.
+func countColor(img image.Image, r, g, b uint8) int {
+	n := 0
+	bounds := img.Bounds()
+	near := func(a uint32, want uint8) bool { d := int(a>>8) - int(want); return d > -12 && d < 12 }
+	for y := bounds.Min.Y; y < bounds.Max.Y; y++ {
+		for x := bounds.Min.X; x < bounds.Max.X; x++ {
+			pr, pg, pb, _ := img.At(x, y).RGBA()
+			if near(pr, r) && near(pg, g) && near(pb, b) {
+				n++
+			}
+		}
+	}
+	return n
+}

@@ -1,0 +1,288 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/httpapi"
+	"github.com/idmint/idmint/internal/pgtest"
+	"github.com/idmint/idmint/migrations"
+	"github.com/idmint/idmint/segment"
+)
+
+// lossyStore is a real Postgres store that can lose the reply of its next
+// allocation after the database committed it, as a dropped connection
+// would.
+type lossyStore struct {
+	*allocator.Postgres
+	loseNext atomic.Bool
+}
+
+func (s *lossyStore) Allocate(ctx context.Context, req allocator.Request) (allocator.Segment, error) {
+	seg, err := s.Postgres.Allocate(ctx, req)
+	if err == nil && s.loseNext.CompareAndSwap(true, false) {
+		return allocator.Segment{}, fmt.Errorf("%w: connection reset after commit", allocator.ErrAmbiguous)
+	}
+	return seg, err
+}
+
+// pgInstance is idmint over real PostgreSQL, served on loopback.
+type pgInstance struct {
+	srv   *httptest.Server
+	alloc *allocator.Allocator
+	store *lossyStore
+}
+
+// newPGInstance migrates a fresh database, creates tags (name → step) and
+// serves the API over it with metrics wired as cmd/idmint wires them.
+func newPGInstance(tb testing.TB, tags map[string]int64, mod func(*allocator.Config)) *pgInstance {
+	tb.Helper()
+	ctx := context.Background()
+	url := pgtest.Shared(tb).NewDatabase(tb)
+	pg, err := allocator.OpenPostgres(ctx, url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(pg.Close)
+	db := stdlib.OpenDBFromPool(pg.Pool())
+	defer db.Close()
+	if _, err := migrations.Up(ctx, db, migrations.PostgreSQL, nil); err != nil {
+		tb.Fatal(err)
+	}
+	for name, step := range tags {
+		if _, err := pg.CreateTag(ctx, allocator.TagSpec{Name: name, Step: step}); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	store := &lossyStore{Postgres: pg}
+	metrics := httpapi.NewMetrics()
+	cfg := allocator.Config{
+		Store: store, Instance: "e2e", Logger: quiet(),
+		AttemptTimeout: 300 * time.Millisecond, RetryMin: 5 * time.Millisecond, RetryMax: 50 * time.Millisecond,
+		Segment: segment.Config{
+			Period:      time.Nanosecond, // keep every segment at the tag's step
+			LoadTimeout: time.Second, WaitTimeout: 2 * time.Second,
+			MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+			OnLoad: metrics.ObserveLoad,
+		},
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	a := allocator.New(cfg)
+	tb.Cleanup(func() { a.Close(context.Background()) })
+	srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{
+		Allocator: a, Instance: "e2e", Logger: quiet(), Metrics: metrics, PingTimeout: 300 * time.Millisecond,
+	}))
+	tb.Cleanup(srv.Close)
+	return &pgInstance{srv: srv, alloc: a, store: store}
+}
+
+func (p *pgInstance) health(tb testing.TB, query string) (int, httpapi.Health) {
+	tb.Helper()
+	status, _, body := getURL(tb, p.srv.URL+"/id/health"+query)
+	var h httpapi.Health
+	if err := json.Unmarshal(body, &h); err != nil {
+		tb.Fatalf("health: %v: %s", err, body)
+	}
+	return status, h
+}
+
+// tag returns tag's entry of /id/health?biz_tag=tag.
+func (p *pgInstance) tag(tb testing.TB, tag string) (int, httpapi.Health, httpapi.TagHealth) {
+	tb.Helper()
+	status, h := p.health(tb, "?biz_tag="+tag)
+	if len(h.Tags) != 1 || h.Tags[0].Tag != tag {
+		tb.Fatalf("health of %s: %d %+v", tag, status, h)
+	}
+	return status, h, h.Tags[0]
+}
+
+// take asks for n IDs of tag and returns the HTTP status.
+func (p *pgInstance) take(tb testing.TB, tag string, n int) int {
+	tb.Helper()
+	status, _, _ := getURL(tb, fmt.Sprintf("%s/ids?biz_tag=%s&count=%d", p.srv.URL, tag, n))
+	return status
+}
+
+func (p *pgInstance) exec(tb testing.TB, sql string, args ...any) {
+	tb.Helper()
+	if _, err := p.store.Pool().Exec(context.Background(), sql, args...); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// eventually polls cond every 10ms for at most 10s.
+func eventually(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func hasReason(h httpapi.Health, part string) bool {
+	return slices.ContainsFunc(h.Reasons, func(r string) bool { return strings.Contains(r, part) })
+}
+
+// TestHealth_Fields walks one tag through loads, a lost reply, a database
+// outage, a refused range and shutdown, over real PostgreSQL and HTTP, and
+// checks every /id/health field moves as documented.
+func TestHealth_Fields(t *testing.T) {
+	p := newPGInstance(t, map[string]int64{"order": 100}, nil)
+
+	t.Run("fresh", func(t *testing.T) {
+		status, h := p.health(t, "")
+		if status != 200 || h.Version != 1 || h.Status != httpapi.StatusOK || !h.Database.Reachable ||
+			len(h.Tags) != 0 || h.Reasons == nil || len(h.Reasons) != 0 || h.Instance != "e2e" {
+			t.Fatalf("%d %+v", status, h)
+		}
+	})
+
+	var first httpapi.TagHealth
+	t.Run("first load", func(t *testing.T) {
+		status, h, th := p.tag(t, "order") // loads the tag
+		if status != 200 || h.Status != httpapi.StatusOK {
+			t.Fatalf("%d %+v", status, h)
+		}
+		if !th.Serving || th.Current == nil || *th.Current != (httpapi.RangeJSON{First: 1, Last: 100}) || th.Next != 1 ||
+			th.Remaining != 100 || th.RemainingRatio != 1 || th.NextReady || th.NextRange != nil || th.NextLate ||
+			th.Step != 100 || th.MinStep != 100 || th.MaxStep != segment.DefaultMaxStep ||
+			th.SegmentLoads != 1 || th.LastLoadMS <= 0 || th.AvgLoadMS != th.LastLoadMS || th.LastLoadAt == nil ||
+			th.LoadFailures != 0 || th.Recovered != 0 || th.Refused != 0 || th.Issued != 0 || th.Abandoned != 0 ||
+			th.Available != 100 || th.IDsPerSecond != 0 || th.SecondsUntilDry != nil || th.LastError != "" {
+			t.Fatalf("%+v", th)
+		}
+		first = th
+	})
+
+	t.Run("prefetch", func(t *testing.T) {
+		if s := p.take(t, "order", 50); s != 200 {
+			t.Fatalf("ids: %d", s)
+		}
+		var th httpapi.TagHealth
+		eventually(t, "next range", func() bool { _, _, th = p.tag(t, "order"); return th.NextReady })
+		if th.SegmentLoads != 2 || th.Issued != 50 || th.Next != 51 || th.Remaining != 50 || th.RemainingRatio != 0.5 ||
+			th.NextRange == nil || *th.NextRange != (httpapi.RangeJSON{First: 101, Last: 200}) || th.Available != 150 ||
+			th.LastLoadAt.Before(*first.LastLoadAt) || th.IDsPerSecond <= 0 || th.SecondsUntilDry == nil {
+			t.Fatalf("%+v", th)
+		}
+		// seconds_until_dry is available over the rate, both rounded.
+		if want := float64(th.Available) / th.IDsPerSecond; math.Abs(*th.SecondsUntilDry-want) > want*0.01+0.01 {
+			t.Fatalf("seconds_until_dry %v, want about %v", *th.SecondsUntilDry, want)
+		}
+	})
+
+	t.Run("lost reply recovered", func(t *testing.T) {
+		p.store.loseNext.Store(true)
+		p.take(t, "order", 100) // into [101,200]: past its threshold
+		var th httpapi.TagHealth
+		eventually(t, "recovered load", func() bool { _, _, th = p.tag(t, "order"); return th.NextReady })
+		if th.Recovered != 1 || th.SegmentLoads != 3 || th.LoadFailures != 0 || *th.NextRange != (httpapi.RangeJSON{First: 201, Last: 300}) {
+			t.Fatalf("%+v", th)
+		}
+	})
+
+	t.Run("database outage", func(t *testing.T) {
+		pgtest.Shared(t).Stop(t, false)
+		stopped := true
+		defer func() {
+			if stopped {
+				pgtest.Shared(t).Start(t)
+			}
+		}()
+		status, h, th := p.tag(t, "order")
+		if status != 200 || h.Status != httpapi.StatusDegraded || h.Database.Reachable || h.Database.Error == "" ||
+			!hasReason(h, "database unreachable") || !th.Serving || th.NextLate {
+			t.Fatalf("buffers full: %d %+v", status, h)
+		}
+		p.take(t, "order", 60) // the rest of [101,200], then [201,210]: 10% of the next
+		eventually(t, "failed load", func() bool { _, _, th = p.tag(t, "order"); return th.LoadFailures > 0 })
+		status, h, th = p.tag(t, "order")
+		if status != 200 || h.Status != httpapi.StatusDegraded || !th.Serving || !th.NextLate || th.NextReady ||
+			th.LastError == "" || !hasReason(h, "next range late") || th.Available != 90 {
+			t.Fatalf("next late: %d %+v", status, h)
+		}
+		if s := p.take(t, "order", 90); s != 200 {
+			t.Fatalf("serving from memory: %d", s)
+		}
+		if s := p.take(t, "order", 1); s != 503 {
+			t.Fatalf("dry: %d", s)
+		}
+		status, h, th = p.tag(t, "order")
+		if status != 503 || h.Status != httpapi.StatusUnavailable || th.Serving || th.Remaining != 0 || th.Available != 0 ||
+			th.RemainingRatio != 0 || !hasReason(h, "buffers empty") {
+			t.Fatalf("dry: %d %+v", status, h)
+		}
+		pgtest.Shared(t).Start(t)
+		stopped = false
+		eventually(t, "recovery", func() bool {
+			p.take(t, "order", 1)
+			_, h, th = p.tag(t, "order")
+			return h.Status == httpapi.StatusOK
+		})
+		if !th.Serving || th.LastError != "" || th.NextLate || th.LoadFailures == 0 || len(h.Reasons) != 0 {
+			t.Fatalf("recovered: %+v", h)
+		}
+	})
+
+	t.Run("refused range", func(t *testing.T) {
+		_, _, before := p.tag(t, "order")
+		p.exec(t, `UPDATE idmint_tags SET max_id = 150 WHERE biz_tag = 'order'`) // a restored backup
+		p.take(t, "order", int(before.Remaining))                                // drain the current range
+		p.take(t, "order", 20)                                                   // into the next, past its threshold
+		var th httpapi.TagHealth
+		var h httpapi.Health
+		eventually(t, "refused range", func() bool { _, h, th = p.tag(t, "order"); return th.Refused > 0 })
+		if h.Status != httpapi.StatusDegraded || !hasReason(h, "went back in time") || th.LastError == "" || th.NextReady {
+			t.Fatalf("refused: %+v", h)
+		}
+		// An operator bumps the tag: loads succeed again, and the alarm
+		// stays until restart, because other instances may have served
+		// the rolled-back IDs.
+		p.exec(t, `UPDATE idmint_tags SET max_id = 100000 WHERE biz_tag = 'order'`)
+		eventually(t, "load after the bump", func() bool {
+			p.take(t, "order", 1)
+			_, h, th = p.tag(t, "order")
+			return th.NextReady
+		})
+		if th.LastError != "" || th.NextRange.First <= 100000 || h.Status != httpapi.StatusDegraded || !hasReason(h, "went back in time") {
+			t.Fatalf("after the bump: %+v", h)
+		}
+	})
+
+	t.Run("abandoned on close", func(t *testing.T) {
+		_, _, before := p.tag(t, "order")
+		p.alloc.Close(context.Background())
+		_, h := p.health(t, "")
+		if th := h.Tags[0]; th.Abandoned != before.Available || th.Serving || th.Issued != before.Issued {
+			t.Fatalf("after close: abandoned %d, want %d: %+v", th.Abandoned, before.Available, th)
+		}
+	})
+}
+
+// TestHealth_UnknownTag: an unknown tag is a 404 and leaves no trace.
+func TestHealth_UnknownTag(t *testing.T) {
+	p := newPGInstance(t, map[string]int64{"order": 10}, nil)
+	status, _, body := getURL(t, p.srv.URL+"/id/health?biz_tag=nope")
+	if status != 404 || errorCode(t, body) != httpapi.CodeUnknownTag {
+		t.Fatalf("%d %s", status, body)
+	}
+	if _, h := p.health(t, ""); len(h.Tags) != 0 {
+		t.Fatalf("unknown tag listed: %+v", h.Tags)
+	}
+}
