@@ -32,6 +32,8 @@ Usage:
   idmint tag set-step NAME STEP [--max-step N]
   idmint tag bump NAME (--to N | --by N)  raise max_id after a database restore
   idmint healthcheck [--url URL]         exit 0 if /id/health answers 200
+  idmint drill --target URL [--target URL …] [--biz-tag T] [--duration D] [--concurrency N]
+                                         ask instances for IDs, check none repeats
   idmint version
 
 Every flag has an environment equivalent: --database-url is IDMINT_DATABASE_URL,
@@ -53,6 +55,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runTag(ctx, rest, stdout, stderr)
 	case "healthcheck":
 		return runHealthcheck(ctx, rest, stdout, stderr)
+	case "drill":
+		return runDrill(ctx, rest, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "idmint", version())
 		return nil

@@ -84,6 +84,16 @@ func (c *Checker) Ack(client, tag string, ids ...int64) {
 	}
 }
 
+// Each calls fn with every ID acknowledged for tag, in no set order.
+func (c *Checker) Each(tag string, fn func(id int64)) {
+	c.mu.Lock()
+	ids := slices.Clone(c.ids[tag])
+	c.mu.Unlock()
+	for _, id := range ids {
+		fn(id)
+	}
+}
+
 // Report is what a Checker found.
 type Report struct {
 	// Attempted, Acknowledged and Failed count requests. Attempted minus
