@@ -1,0 +1,137 @@
+package allocator_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/segment"
+)
+
+// logLines collects JSON log lines; safe for concurrent use.
+type logLines struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// with returns the lines whose message starts with msg.
+func (l *logLines) with(tb testing.TB, msg string) []map[string]any {
+	tb.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(l.buf.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			tb.Fatalf("not JSON: %q", line)
+		}
+		if s, _ := m["msg"].(string); strings.HasPrefix(s, msg) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// replyLoser is a MemStore that loses the reply of its next allocation
+// after committing it.
+type replyLoser struct {
+	*allocator.MemStore
+	loseNext atomic.Bool
+}
+
+func (s *replyLoser) Allocate(ctx context.Context, req allocator.Request) (allocator.Segment, error) {
+	seg, err := s.MemStore.Allocate(ctx, req)
+	if err == nil && s.loseNext.CompareAndSwap(true, false) {
+		return allocator.Segment{}, fmt.Errorf("%w: connection reset", allocator.ErrAmbiguous)
+	}
+	return seg, err
+}
+
+// TestAllocator_Logs checks the log lines operators rely on: one per
+// segment load with tag, range, step, latency and request ID, and a loud
+// one for every recovered, refused or abandoned range.
+func TestAllocator_Logs(t *testing.T) {
+	ctx := context.Background()
+	m := allocator.NewMemStore()
+	if _, err := m.CreateTag(ctx, allocator.TagSpec{Name: "order", Step: 10}); err != nil {
+		t.Fatal(err)
+	}
+	store := &replyLoser{MemStore: m}
+	var logs logLines
+	a := allocator.New(allocator.Config{
+		Store: store, Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+		RetryMin: time.Millisecond, RetryMax: time.Millisecond,
+		Segment: segment.Config{Period: time.Nanosecond, MinBackoff: time.Hour},
+	})
+	defer a.Close(ctx)
+	next := func(n int) {
+		t.Helper()
+		for range n {
+			if _, err := a.Next(ctx, "order"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	wait := func(msg string, n int) []map[string]any {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			if lines := logs.with(t, msg); len(lines) >= n {
+				return lines
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no %d %q lines in:\n%s", n, msg, logs.buf.String())
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	has := func(line map[string]any, want map[string]any) {
+		t.Helper()
+		for k, v := range want {
+			if got, ok := line[k]; !ok || (v != nil && got != v) {
+				t.Errorf("%s: %s = %v, want %v", line["msg"], k, got, v)
+			}
+		}
+		if id, _ := line["request_id"].(string); len(id) != 36 {
+			t.Errorf("%s: request_id %q", line["msg"], line["request_id"])
+		}
+		if lat, ok := line["latency"].(float64); !ok || lat < 0 {
+			t.Errorf("%s: latency %v", line["msg"], line["latency"])
+		}
+	}
+
+	store.loseNext.Store(true)
+	next(1) // the first load's reply is lost, then found; 10% used: prefetch
+	recovered := wait("RECOVERED segment", 1)[0]
+	has(recovered, map[string]any{"level": "WARN", "biz_tag": "order", "first": 1.0, "last": 10.0, "step": 10.0})
+	loaded := wait("segment loaded", 1)[0]
+	has(loaded, map[string]any{"level": "INFO", "biz_tag": "order", "first": 11.0, "last": 20.0, "step": 10.0, "attempts": 1.0})
+
+	m.SetMaxID("order", 5) // the database goes back in time
+	next(10)               // the rest of [1,10], then 11: the threshold of [11,20]
+	refused := wait("REFUSED segment", 1)[0]
+	if refused["level"] != "ERROR" || refused["biz_tag"] != "order" || refused["highest_granted"] != 20.0 {
+		t.Errorf("refused: %v", refused)
+	}
+
+	a.Close(ctx)
+	abandoned := wait("ABANDONED ids", 1)[0]
+	if abandoned["level"] != "WARN" || abandoned["biz_tag"] != "order" || abandoned["first"] != 12.0 ||
+		abandoned["last"] != 20.0 || abandoned["count"] != 9.0 {
+		t.Errorf("abandoned: %v", abandoned)
+	}
+}
