@@ -8,7 +8,7 @@ GO    ?= go
 IMAGE ?= idmint:dev
 BIN   ?= bin/idmint
 
-.PHONY: run test bench lint build image
+.PHONY: run test bench lint build image drill
 
 run:
 	$(GO) run ./cmd/idmint serve
@@ -39,3 +39,8 @@ image:
 	new=$$(docker image inspect -f '{{.Id}}' $(IMAGE)); \
 	if [ -n "$$old" ] && [ "$$old" != "$$new" ]; then docker image rm "$$old" >/dev/null 2>&1 || true; fi; \
 	echo "built image $(IMAGE) ($$new)"
+
+# drill asks running instances for IDs and fails on any duplicate, e.g.
+# make drill DRILL_ARGS='--target http://127.0.0.1:8080 --target http://127.0.0.1:8081 --duration 30s'
+drill:
+	$(GO) run ./cmd/idmint drill $(DRILL_ARGS)
