@@ -13,6 +13,8 @@
 //	defer a.Close(ctx)
 //	id, err := a.Next(ctx, "order")
 //
-// Postgres is the production Store; MemStore is an in-memory one for tests
-// and for programs that need IDs unique within one process only.
+// Postgres is the production Store; SQLite keeps the same guarantees in one
+// file for the processes of a single machine; MemStore is an in-memory one
+// for tests and for programs that need IDs unique within one process only.
+// All three implement Admin, the tag administration.
 package allocator
