@@ -103,10 +103,11 @@ func TestMultiProcess_SQLite(t *testing.T) {
 		proc, gen int64 // the process that answered, and its restarts before
 	}
 	var (
-		taken, failures atomic.Int64
-		results         = make([][]got, processes*clients)
-		killed          = make(chan struct{})
-		wg              sync.WaitGroup
+		taken                atomic.Int64
+		refused, unavailable atomic.Int64 // failed requests: no answer, an HTTP error
+		results              = make([][]got, processes*clients)
+		killed               = make(chan struct{})
+		wg                   sync.WaitGroup
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -117,9 +118,13 @@ func TestMultiProcess_SQLite(t *testing.T) {
 		wg.Go(func() {
 			for ctx.Err() == nil && taken.Load() < total {
 				gen := p.gen.Load() // before the request: a restart comes after a kill
-				id, err := fetchID(ctx, httpc, "http://"+p.addr+"/id?biz_tag=order")
+				id, answered, err := fetchID(ctx, httpc, "http://"+p.addr+"/id?biz_tag=order")
 				if err != nil {
-					failures.Add(1)
+					if answered {
+						unavailable.Add(1)
+					} else {
+						refused.Add(1)
+					}
 					time.Sleep(5 * time.Millisecond)
 					continue
 				}
@@ -136,7 +141,7 @@ func TestMultiProcess_SQLite(t *testing.T) {
 	case <-killed:
 	case <-ctx.Done():
 		logs, _ := os.ReadFile(procs[0].logPath)
-		t.Fatalf("timed out before the kill: %d ids, %d failures\n%s", taken.Load(), failures.Load(), tail(logs, 3000))
+		t.Fatalf("timed out before the kill: %d ids, %d+%d failures\n%s", taken.Load(), refused.Load(), unavailable.Load(), tail(logs, 3000))
 	}
 	victim := procs[0]
 	victim.stop(t, syscall.SIGKILL)
@@ -183,32 +188,34 @@ func TestMultiProcess_SQLite(t *testing.T) {
 	if err := store.DB().QueryRow(`SELECT COALESCE(SUM(last_id - first_id + 1), 0) FROM idmint_segments WHERE instance = 'p0'`).Scan(&grantedToVictim); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d ids from %d processes x %d clients over HTTP in %v (%.0f ids/s), 0 duplicates; %d failed requests retried",
-		len(seen), processes, clients, elapsed.Round(time.Millisecond), float64(len(seen))/elapsed.Seconds(), failures.Load())
+	t.Logf("%d ids from %d processes x %d clients over HTTP in %v (%.0f ids/s), 0 duplicates; retried %d requests without an answer, %d answered with an error",
+		len(seen), processes, clients, elapsed.Round(time.Millisecond), float64(len(seen))/elapsed.Seconds(), refused.Load(), unavailable.Load())
 	t.Logf("p0 SIGKILLed at %v after %d ids: granted %d, served %d: gap %d ids; max_id %d, total gap %d",
 		killedAt.Round(time.Millisecond), killAt, grantedToVictim, servedByVictim, grantedToVictim-int64(servedByVictim), maxID, maxID-int64(len(seen)))
 }
 
-// fetchID asks for one ID as text.
-func fetchID(ctx context.Context, c *http.Client, url string) (int64, error) {
+// fetchID asks for one ID as text. answered reports whether the server
+// answered at all.
+func fetchID(ctx context.Context, c *http.Client, url string) (id int64, answered bool, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	req.Header.Set("Accept", "text/plain")
 	resp, err := c.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("%s: %s", resp.Status, body)
+		return 0, true, fmt.Errorf("%s: %s", resp.Status, body)
 	}
-	return strconv.ParseInt(strings.TrimSpace(string(body)), 10, 64)
+	id, err = strconv.ParseInt(strings.TrimSpace(string(body)), 10, 64)
+	return id, true, err
 }
 
 // tail returns the last n bytes of b.
