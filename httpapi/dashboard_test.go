@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/httpapi"
+	"github.com/idmint/idmint/internal/pgtest"
 )
 
 // findChromium returns the headless browser for the dashboard test:
@@ -238,6 +239,18 @@ func TestDashboard_Browser(t *testing.T) {
 	if green, violet := countColor(img, 0x3f, 0xb9, 0x50), countColor(img, 0x8b, 0x7c, 0xf6); green < 500 || violet < 500 {
 		t.Errorf("screenshot %s: %d green and %d violet pixels, want the bars", shot, green, violet)
 	}
+
+	t.Run("database down", func(t *testing.T) {
+		pg := pgtest.Shared(t)
+		pg.Stop(t, false)
+		defer pg.Start(t)
+		dom := string(runChromium(t, bin, url, 2000, "--dump-dom"))
+		for _, want := range []string{`data-up="false"`, "database DOWN", "database unreachable", `data-tag="order"`} {
+			if !strings.Contains(dom, want) {
+				t.Errorf("database down: the page does not show %q", want)
+			}
+		}
+	})
 }
 
 // group writes n with thousands separators, as the page does.
