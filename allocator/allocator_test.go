@@ -26,7 +26,9 @@ func newAllocator(tb testing.TB, store allocator.Store, mod func(*allocator.Conf
 		Logger:   quiet(),
 		RetryMin: time.Millisecond,
 		RetryMax: 5 * time.Millisecond,
-		Segment:  segment.Config{WaitTimeout: 2 * time.Second, LoadTimeout: time.Second},
+		// Generous: the uniqueness runs saturate 2 cores with -race, and
+		// a bounded wait running out there is load, not a defect.
+		Segment: segment.Config{WaitTimeout: 30 * time.Second, LoadTimeout: 10 * time.Second},
 	}
 	if mod != nil {
 		mod(&cfg)

@@ -201,6 +201,7 @@ type Buffer struct {
 	prevIDs   int64     // IDs issued at prevAt
 	retired   int64     // IDs issued from ranges no longer current
 	abandoned int64
+	late      []Range // granted after Close began; reported by Close
 	counters  counters
 }
 
@@ -304,6 +305,13 @@ func (b *Buffer) takeSlow(ctx context.Context, n int64) (Range, error) {
 				return Range{}, err
 			}
 			b.startLoadLocked()
+		} else if b.lastErr != nil {
+			// The last load failed and its retry is in flight: during an
+			// outage, waiting on it would make every request slow. The
+			// caller that started the retry waits; the others fail fast.
+			err := &UnavailableError{Tag: b.cfg.Tag, RetryAfter: max(b.backoff, b.cfg.MinBackoff), Err: b.lastErr}
+			b.mu.Unlock()
+			return Range{}, err
 		}
 		done := b.loadDone
 		b.mu.Unlock()
@@ -498,9 +506,9 @@ func (b *Buffer) grantedLocked(g Grant, latency time.Duration) {
 		c.recovered++
 	}
 	if b.closed {
-		// The load outlived Close: nobody will serve this range.
-		b.abandoned += g.Len()
-		b.logAbandoned(g.Range, g.RequestID)
+		// The load finished after Close began: nobody will serve this
+		// range; Close reports it with the other unused ranges.
+		b.late = append(b.late, g.Range)
 		return
 	}
 	sp := newSpan(g.Range, b.cfg.Threshold)
@@ -523,9 +531,16 @@ func (b *Buffer) logAbandoned(r Range, requestID string) {
 	b.cfg.Logger.Warn("ABANDONED ids: granted but never handed out (a gap)", args...)
 }
 
+// closeWait bounds how long Close waits for a load in flight to end by
+// itself before cancelling it. A load that already committed then comes back
+// with its range, which Close reports as unused (and an allocator may give
+// back) instead of losing it as a silent gap.
+const closeWait = 2 * time.Second
+
 // Close stops background loads, waits for them, and returns the ranges that
-// were granted but never handed out: the current range's tail and the next
-// range, oldest first. Take fails with ErrClosed afterwards.
+// were granted but never handed out: the current range's tail, the next
+// range and a range whose load finished during Close, oldest first. Take
+// fails with ErrClosed afterwards.
 func (b *Buffer) Close() []Range {
 	b.mu.Lock()
 	if b.closed {
@@ -545,12 +560,29 @@ func (b *Buffer) Close() []Range {
 	if b.next != nil {
 		unused = append(unused, b.next.Range)
 	}
+	var inFlight chan struct{}
+	if b.loading {
+		inFlight = b.loadDone
+	}
+	b.mu.Unlock()
+
+	if inFlight != nil {
+		select {
+		case <-inFlight:
+		case <-time.After(min(closeWait, b.cfg.LoadTimeout)):
+		}
+	}
+	b.cancel()
+	b.wg.Wait()
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	// Ranges are granted in increasing order, so late ones come last.
+	unused = append(unused, b.late...)
+	b.late = nil
 	for _, r := range unused {
 		b.abandoned += r.Len()
 		b.logAbandoned(r, "")
 	}
-	b.mu.Unlock()
-	b.cancel()
-	b.wg.Wait()
 	return unused
 }

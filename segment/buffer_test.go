@@ -347,3 +347,51 @@ func TestBuffer_DynamicStep(t *testing.T) {
 		t.Fatalf("step after a slow period = %d, want the minimum 100", st.Step)
 	}
 }
+
+// TestBuffer_CloseWaitsForLoad: a load in flight when Close begins comes
+// back with its range, and Close reports it as unused instead of losing it.
+func TestBuffer_CloseWaitsForLoad(t *testing.T) {
+	l := &counterLoader{minStep: 10}
+	b := segment.New(segment.Config{Tag: "t", Loader: l, Logger: quiet(), Period: time.Nanosecond})
+	for range 5 {
+		if _, err := b.Take(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "next range", func() bool { return b.Stats().NextRange != nil })
+	l.block = make(chan struct{})          // the next load hangs…
+	b.TakeN(context.Background(), 10, nil) // …the one of [21,30], started by moving into [11,20]
+	waitFor(t, "load in flight", func() bool { return b.Stats().Loading })
+	time.AfterFunc(50*time.Millisecond, func() { close(l.block) }) // …until Close waits on it
+	unused := b.Close()
+	want := []segment.Range{{First: 16, Last: 20}, {First: 21, Last: 30}}
+	if len(unused) != 2 || unused[0] != want[0] || unused[1] != want[1] {
+		t.Fatalf("unused = %v, want %v", unused, want)
+	}
+}
+
+// TestBuffer_FailFastDuringRetry: while the retry of a failed load hangs,
+// only the caller that started it waits; the others get ErrUnavailable at
+// once.
+func TestBuffer_FailFastDuringRetry(t *testing.T) {
+	l := &counterLoader{minStep: 10, fail: errors.New("connection refused")}
+	b := newBuffer(t, l, func(c *segment.Config) {
+		c.MinBackoff, c.MaxBackoff = time.Millisecond, time.Millisecond
+		c.WaitTimeout = 5 * time.Second
+	})
+	if _, err := b.Take(context.Background()); err == nil {
+		t.Fatal("Take succeeded with a failing loader")
+	}
+	time.Sleep(5 * time.Millisecond) // past the backoff
+	l.block = make(chan struct{})    // the retry hangs
+	defer close(l.block)
+	go b.Take(context.Background()) // starts the retry and waits on it
+	waitFor(t, "retry in flight", func() bool { return b.Stats().Loading })
+	start := time.Now()
+	if _, err := b.Take(context.Background()); !errors.Is(err, segment.ErrUnavailable) {
+		t.Fatalf("err = %v, want ErrUnavailable", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("Take waited %v on a hanging retry", d)
+	}
+}
