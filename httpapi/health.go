@@ -87,7 +87,8 @@ type TagHealth struct {
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	var stats []segment.Stats
-	if _, ok := r.URL.Query()["biz_tag"]; ok {
+	_, asked := r.URL.Query()["biz_tag"]
+	if asked {
 		tag, err := parseTag(r.URL.Query())
 		if err != nil {
 			writeError(w, r, s.cfg.Logger, err)
@@ -106,7 +107,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	} else {
 		stats = s.cfg.Allocator.Stats()
 	}
-	h := s.health(r.Context(), stats)
+	h := s.health(r.Context(), stats, asked)
 	status := http.StatusOK
 	if h.Status == StatusUnavailable {
 		status = http.StatusServiceUnavailable
@@ -114,10 +115,11 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, h)
 }
 
-// health builds the document. The status is:
-//   - unavailable when some tag asked about cannot serve without waiting on
-//     an unreachable database, or no tag is loaded and the database is
-//     unreachable;
+// health builds the document; asked is true for ?biz_tag=T. The status is:
+//   - unavailable when the database is unreachable and a tag cannot serve,
+//     counting only tags that loaded once or the one asked for (so that
+//     requests for made-up tags during an outage cannot take the instance
+//     out of a load balancer), or when no tag ever loaded;
 //   - degraded when every tag serves but the database is unreachable, a
 //     tag's next range is late, a load failed since the last success, or a
 //     range was refused since the instance started (the database went back
@@ -125,7 +127,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 //   - ok otherwise.
 //
 // Reasons lists every cause, so that a dashboard can say what is wrong.
-func (s *Server) health(ctx context.Context, stats []segment.Stats) Health {
+func (s *Server) health(ctx context.Context, stats []segment.Stats, asked bool) Health {
 	h := Health{Version: HealthVersion, Instance: s.cfg.Instance, Time: s.cfg.Now().UTC(), Tags: make([]TagHealth, 0, len(stats))}
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.PingTimeout)
 	start := s.cfg.Now()
@@ -143,11 +145,15 @@ func (s *Server) health(ctx context.Context, stats []segment.Stats) Health {
 	if !h.Database.Reachable {
 		reason("database unreachable")
 	}
+	loaded := 0
 	for _, st := range stats {
 		h.Tags = append(h.Tags, tagHealth(st))
+		if st.Loads > 0 {
+			loaded++
+		}
 		// A tag that cannot serve is only fatal when the database is gone
 		// too; otherwise its next request loads it.
-		if !st.Serving && !h.Database.Reachable {
+		if !st.Serving && !h.Database.Reachable && (asked || st.Loads > 0) {
 			serving = false
 			reason("%s: buffers empty and the database unreachable", st.Tag)
 		}
@@ -164,7 +170,7 @@ func (s *Server) health(ctx context.Context, stats []segment.Stats) Health {
 			reason("%s: %d range(s) refused since start: the database went back in time", st.Tag, st.Refused)
 		}
 	}
-	if len(stats) == 0 && !h.Database.Reachable {
+	if !asked && loaded == 0 && !h.Database.Reachable {
 		serving = false
 	}
 	switch {

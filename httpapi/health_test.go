@@ -210,6 +210,18 @@ func TestHealth_Fields(t *testing.T) {
 			!hasReason(h, "database unreachable") || !th.Serving || th.NextLate {
 			t.Fatalf("buffers full: %d %+v", status, h)
 		}
+		// A made-up tag cannot be told from a real one without the
+		// database, and cannot serve: asked for by name it is unavailable,
+		// but it does not take the instance down.
+		if s := p.take(t, "made-up", 1); s != 503 {
+			t.Fatalf("made-up tag during the outage: %d", s)
+		}
+		if status, h, _ := p.tag(t, "made-up"); status != 503 || h.Status != httpapi.StatusUnavailable {
+			t.Fatalf("made-up tag asked for: %d %+v", status, h)
+		}
+		if status, h := p.health(t, ""); status != 200 || h.Status != httpapi.StatusDegraded || len(h.Tags) != 2 {
+			t.Fatalf("made-up tag listed: %d %+v", status, h)
+		}
 		p.take(t, "order", 60) // the rest of [101,200], then [201,210]: 10% of the next
 		eventually(t, "failed load", func() bool { _, _, th = p.tag(t, "order"); return th.LoadFailures > 0 })
 		status, h, th = p.tag(t, "order")
@@ -268,8 +280,7 @@ func TestHealth_Fields(t *testing.T) {
 	t.Run("abandoned on close", func(t *testing.T) {
 		_, _, before := p.tag(t, "order")
 		p.alloc.Close(context.Background())
-		_, h := p.health(t, "")
-		if th := h.Tags[0]; th.Abandoned != before.Available || th.Serving || th.Issued != before.Issued {
+		if _, _, th := p.tag(t, "order"); th.Abandoned != before.Available || th.Serving || th.Issued != before.Issued {
 			t.Fatalf("after close: abandoned %d, want %d: %+v", th.Abandoned, before.Available, th)
 		}
 	})
