@@ -248,12 +248,34 @@ func (a *Allocator) Close(ctx context.Context) error {
 	returner, _ := a.cfg.Store.(Returner)
 	var errs []error
 	for tag, b := range bufs {
-		unused := b.Close() // logs each abandoned range
+		unused := b.Close()
 		if returner != nil && len(unused) > 0 {
-			errs = append(errs, a.giveBack(ctx, returner, tag, unused))
+			back, ok, err := a.giveBack(ctx, returner, tag, unused)
+			errs = append(errs, err)
+			if ok {
+				b.GaveBack(back)
+				unused = leftOf(unused, back.First)
+			}
+		}
+		for _, r := range unused {
+			a.cfg.Logger.Warn("ABANDONED ids: granted but never handed out (a gap)",
+				"biz_tag", tag, "first", r.First, "last", r.Last, "count", r.Len())
 		}
 	}
 	return errors.Join(append(errs, ctx.Err())...)
+}
+
+// leftOf returns the parts of ranges below first.
+func leftOf(ranges []segment.Range, first int64) []segment.Range {
+	var out []segment.Range
+	for _, r := range ranges {
+		if r.First >= first {
+			break
+		}
+		r.Last = min(r.Last, first-1)
+		out = append(out, r)
+	}
+	return out
 }
 
 // giveBack returns the unused tail of the tag's newest range, unused being
@@ -262,21 +284,22 @@ func (a *Allocator) Close(ctx context.Context) error {
 // if max_id still ends it: then nobody else was granted an ID above its
 // first, and this instance, closed, hands out none of it. Otherwise the IDs
 // stay a gap.
-func (a *Allocator) giveBack(ctx context.Context, returner Returner, tag string, unused []segment.Range) error {
+func (a *Allocator) giveBack(ctx context.Context, returner Returner, tag string, unused []segment.Range) (back segment.Range, ok bool, err error) {
 	r := unused[len(unused)-1]
 	if n := len(unused); n > 1 && unused[n-2].Last+1 == r.First {
 		r.First = unused[n-2].First
 	}
 	log := a.cfg.Logger.With("biz_tag", tag, "first", r.First, "last", r.Last, "count", r.Len())
-	ok, err := returner.GiveBack(ctx, tag, r.First, r.Last)
+	ok, err = returner.GiveBack(ctx, tag, r.First, r.Last)
 	switch {
 	case err != nil:
 		log.Warn("could not give back unused ids; they stay a gap", "err", err)
-		return err
+		return segment.Range{}, false, err
 	case ok:
 		log.Info("gave back unused ids: the tag's next segment starts at them")
+		return r, true, nil
 	default:
 		log.Info("did not give back unused ids: the tag was allocated since; they stay a gap")
+		return segment.Range{}, false, nil
 	}
-	return nil
 }

@@ -38,6 +38,9 @@ func TestAllocator_CloseGivesBack(t *testing.T) {
 		if err := a.Close(ctx); err != nil {
 			t.Fatal(err)
 		}
+		if st := a.Stats()[0]; st.Abandoned != 0 || st.GivenBack < 7 || st.Issued != 3 {
+			t.Fatalf("after close: abandoned %d, given back %d, issued %d; want 0, 7 or more, 3", st.Abandoned, st.GivenBack, st.Issued)
+		}
 		if got := maxIDOf(t, m, "order"); got != 3 {
 			t.Fatalf("max_id after close = %d, want 3: the tail (and a touching next range) given back", got)
 		}

@@ -82,6 +82,7 @@ type TagHealth struct {
 	Refused         int64      `json:"refused_ranges"`
 	Issued          int64      `json:"ids_issued"`
 	Abandoned       int64      `json:"ids_abandoned"`
+	GivenBack       int64      `json:"ids_given_back"`
 	LastError       string     `json:"last_error,omitempty"`
 }
 
@@ -207,6 +208,7 @@ func tagHealth(st segment.Stats) TagHealth {
 		Refused:        st.Refused,
 		Issued:         st.Issued,
 		Abandoned:      st.Abandoned,
+		GivenBack:      st.GivenBack,
 		LastError:      st.LastError,
 	}
 	if th.MaxStep == 0 && st.Loads > 0 {

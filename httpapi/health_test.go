@@ -280,8 +280,8 @@ func TestHealth_Fields(t *testing.T) {
 	t.Run("abandoned on close", func(t *testing.T) {
 		_, _, before := p.tag(t, "order")
 		p.alloc.Close(context.Background())
-		if _, _, th := p.tag(t, "order"); th.Abandoned != before.Available || th.Serving || th.Issued != before.Issued {
-			t.Fatalf("after close: abandoned %d, want %d: %+v", th.Abandoned, before.Available, th)
+		if _, _, th := p.tag(t, "order"); th.Abandoned+th.GivenBack != before.Available || th.Serving || th.Issued != before.Issued {
+			t.Fatalf("after close: abandoned %d + given back %d, want %d: %+v", th.Abandoned, th.GivenBack, before.Available, th)
 		}
 	})
 }

@@ -201,6 +201,7 @@ type Buffer struct {
 	prevIDs   int64     // IDs issued at prevAt
 	retired   int64     // IDs issued from ranges no longer current
 	abandoned int64
+	givenBack int64
 	late      []Range // granted after Close began; reported by Close
 	counters  counters
 }
@@ -521,16 +522,6 @@ func (b *Buffer) grantedLocked(g Grant, latency time.Duration) {
 	b.wantNext.Store(false)
 }
 
-// logAbandoned says loudly that r was granted and will never be handed out:
-// a gap in the tag's IDs.
-func (b *Buffer) logAbandoned(r Range, requestID string) {
-	args := []any{"biz_tag", b.cfg.Tag, "first", r.First, "last", r.Last, "count", r.Len()}
-	if requestID != "" {
-		args = append(args, "request_id", requestID)
-	}
-	b.cfg.Logger.Warn("ABANDONED ids: granted but never handed out (a gap)", args...)
-}
-
 // closeWait bounds how long Close waits for a load in flight to end by
 // itself before cancelling it. A load that already committed then comes back
 // with its range, which Close reports as unused (and an allocator may give
@@ -539,8 +530,10 @@ const closeWait = 2 * time.Second
 
 // Close stops background loads, waits for them, and returns the ranges that
 // were granted but never handed out: the current range's tail, the next
-// range and a range whose load finished during Close, oldest first. Take
-// fails with ErrClosed afterwards.
+// range and a range whose load finished during Close, oldest first. They
+// count as abandoned until the owner gives them back (GaveBack); logging them
+// is the owner's job, as only it knows which. Take fails with ErrClosed
+// afterwards.
 func (b *Buffer) Close() []Range {
 	b.mu.Lock()
 	if b.closed {
@@ -582,7 +575,15 @@ func (b *Buffer) Close() []Range {
 	b.late = nil
 	for _, r := range unused {
 		b.abandoned += r.Len()
-		b.logAbandoned(r, "")
 	}
 	return unused
+}
+
+// GaveBack records that the owner returned r, unused ranges from Close, to
+// the store: those IDs are no gap after all.
+func (b *Buffer) GaveBack(r Range) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.abandoned -= r.Len()
+	b.givenBack += r.Len()
 }

@@ -33,6 +33,7 @@ type Stats struct {
 	LastError              string
 	Issued                 int64 // IDs handed out
 	Abandoned              int64 // IDs granted but never handed out (closed buffer)
+	GivenBack              int64 // unused IDs returned to the store at close
 	Highest                int64 // highest ID ever granted to this buffer
 	// Serving is true when the buffer can hand out an ID without waiting.
 	Serving bool
@@ -107,6 +108,7 @@ func (b *Buffer) Stats() Stats {
 		LastRequestID:   c.lastRequestID,
 		Issued:          b.issuedLocked(),
 		Abandoned:       b.abandoned,
+		GivenBack:       b.givenBack,
 		Highest:         b.highest,
 	}
 	if c.loads > 0 {
