@@ -69,17 +69,30 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// maxUnknown bounds the unknown-tag cache; past it the cache starts over.
+// maxUnknown bounds the cache of forgotten tags; past it the cache starts
+// over.
 const maxUnknown = 10_000
+
+// forgotten is a tag without a buffer, remembered briefly: unknown to the
+// store, or never loaded because the store could not be reached. Keeping no
+// buffer for them means made-up tags, asked for during an outage or not,
+// cannot pile up buffers.
+type forgotten struct {
+	until   time.Time
+	unknown bool
+	cause   error // why the first load failed, when not unknown
+}
 
 // Allocator hands out IDs for every tag of a Store. It is safe for
 // concurrent use.
 type Allocator struct {
 	cfg Config
 
-	mu      sync.RWMutex // protects buffers, unknown, pending, highest and closed
+	mu sync.RWMutex // protects buffers, unknown, pending, highest and closed
+	// buffers holds one buffer per tag being served; unknown the tags
+	// forgotten for a while (see forgotten).
 	buffers map[string]*segment.Buffer
-	unknown map[string]time.Time // tag → when to forget it is unknown
+	unknown map[string]forgotten
 	pending map[string]*pendingRequest
 	// highest is the highest ID granted per tag: the Floor of the tag's
 	// next requests, so that a rolled-back store refuses without moving.
@@ -94,7 +107,7 @@ func New(cfg Config) *Allocator {
 	return &Allocator{
 		cfg:     cfg,
 		buffers: map[string]*segment.Buffer{},
-		unknown: map[string]time.Time{},
+		unknown: map[string]forgotten{},
 		pending: map[string]*pendingRequest{},
 		highest: map[string]int64{},
 	}
@@ -154,11 +167,8 @@ func (a *Allocator) buffer(tag string) (*segment.Buffer, error) {
 	if b, ok := a.buffers[tag]; ok {
 		return b, nil
 	}
-	if until, ok := a.unknown[tag]; ok {
-		if a.cfg.Now().Before(until) {
-			return nil, fmt.Errorf("%w: %q", ErrUnknownTag, tag)
-		}
-		delete(a.unknown, tag)
+	if err := a.rememberedLocked(tag); err != nil {
+		return nil, err
 	}
 	sc := a.cfg.Segment
 	sc.Tag = tag
@@ -172,25 +182,69 @@ func (a *Allocator) buffer(tag string) (*segment.Buffer, error) {
 	return b, nil
 }
 
-// takeFailed forgets the buffer of a tag found unknown and shapes the error.
+// rememberedLocked returns the error of a forgotten tag, nil when the tag
+// is not (or no longer) forgotten.
+func (a *Allocator) rememberedLocked(tag string) error {
+	f, ok := a.unknown[tag]
+	if !ok {
+		return nil
+	}
+	now := a.cfg.Now()
+	switch {
+	case !now.Before(f.until):
+		delete(a.unknown, tag)
+		return nil
+	case f.unknown:
+		return fmt.Errorf("%w: %q", ErrUnknownTag, tag)
+	}
+	return &segment.UnavailableError{Tag: tag, RetryAfter: f.until.Sub(now), Err: f.cause}
+}
+
+// takeFailed forgets the buffer of a tag found unknown, or never loaded
+// because the store is unreachable, and shapes the error.
 func (a *Allocator) takeFailed(tag string, b *segment.Buffer, err error) error {
 	switch {
 	case errors.Is(err, ErrUnknownTag):
-		a.mu.Lock()
-		if a.buffers[tag] == b {
-			delete(a.buffers, tag)
-			if len(a.unknown) >= maxUnknown {
-				clear(a.unknown)
-			}
-			a.unknown[tag] = a.cfg.Now().Add(a.cfg.UnknownTTL)
-		}
-		a.mu.Unlock()
-		b.Close() // its load has ended: this only stops a late retry
+		a.forget(tag, b, forgotten{until: a.cfg.Now().Add(a.cfg.UnknownTTL), unknown: true})
 		return fmt.Errorf("%w: %q", ErrUnknownTag, tag)
+	case errors.Is(err, ErrUnavailable) && b.Stats().Loads == 0:
+		// Never loaded, so the buffer holds nothing worth keeping: no
+		// range, no anti-rollback floor (the allocator keeps that).
+		// It is answered "unavailable" from memory for one backoff.
+		a.forget(tag, b, forgotten{until: a.cfg.Now().Add(a.coldRetry()), cause: err})
+		return err
 	case errors.Is(err, segment.ErrClosed):
+		// Closed under this request by takeFailed of another one.
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if e := a.rememberedLocked(tag); e != nil && !a.closed {
+			return e
+		}
 		return ErrClosed
 	}
 	return err
+}
+
+// coldRetry is the buffers' first backoff after a failed load.
+func (a *Allocator) coldRetry() time.Duration {
+	if d := a.cfg.Segment.MinBackoff; d > 0 {
+		return d
+	}
+	return 100 * time.Millisecond
+}
+
+// forget drops tag's buffer b (if it is still the tag's) and remembers f.
+func (a *Allocator) forget(tag string, b *segment.Buffer, f forgotten) {
+	a.mu.Lock()
+	if a.buffers[tag] == b {
+		delete(a.buffers, tag)
+		if len(a.unknown) >= maxUnknown {
+			clear(a.unknown)
+		}
+		a.unknown[tag] = f
+	}
+	a.mu.Unlock()
+	b.Close() // its load has ended: this only stops a late retry
 }
 
 // Stats returns a snapshot of every loaded tag, sorted by tag.

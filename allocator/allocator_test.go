@@ -262,3 +262,36 @@ func (s *lossyStore) firstRequest() uuid.UUID {
 	defer s.mu.Unlock()
 	return s.first
 }
+
+// TestAllocator_OutageKeepsNoBuffers: tags asked for while the store is
+// unreachable, made up or not, leave no buffer behind and are answered
+// "unavailable" from memory for a while; a tag that already served keeps
+// its buffer.
+func TestAllocator_OutageKeepsNoBuffers(t *testing.T) {
+	m := memStore(t, "order")
+	store := &lossyStore{MemStore: m}
+	a := newAllocator(t, store, func(c *allocator.Config) {
+		c.Segment.LoadTimeout = 20 * time.Millisecond
+		c.Segment.MinBackoff = time.Hour
+	})
+	if _, err := a.Next(context.Background(), "order"); err != nil {
+		t.Fatal(err)
+	}
+	store.down.Store(true)
+	for i := range 100 {
+		if _, err := a.Next(context.Background(), fmt.Sprint("made-up-", i)); !errors.Is(err, allocator.ErrUnavailable) {
+			t.Fatalf("err = %v, want ErrUnavailable", err)
+		}
+	}
+	calls := store.calls.Load()
+	var ue *segment.UnavailableError
+	if _, err := a.Next(context.Background(), "made-up-0"); !errors.As(err, &ue) || ue.RetryAfter <= 0 {
+		t.Fatalf("remembered tag: err = %v, want UnavailableError with RetryAfter", err)
+	}
+	if store.calls.Load() != calls {
+		t.Fatal("a remembered tag reached the store")
+	}
+	if st := a.Stats(); len(st) != 1 || st[0].Tag != "order" {
+		t.Fatalf("buffers after the outage: %d, want only order's", len(st))
+	}
+}
