@@ -148,6 +148,7 @@ func newStatsCollector(a Allocator, pingTimeout time.Duration) *statsCollector {
 		perTag: []tagMetric{
 			counter("idmint_ids_issued_total", "IDs handed out.", func(s segment.Stats) float64 { return float64(s.Issued) }),
 			counter("idmint_ids_abandoned_total", "IDs granted but never handed out (a gap).", func(s segment.Stats) float64 { return float64(s.Abandoned) }),
+			counter("idmint_ids_given_back_total", "Unused IDs returned to the database at shutdown (no gap).", func(s segment.Stats) float64 { return float64(s.GivenBack) }),
 			counter("idmint_segment_loads_total", "Segments fetched from the database.", func(s segment.Stats) float64 { return float64(s.Loads) }),
 			counter("idmint_segment_load_failures_total", "Segment fetches that failed (refused ones included).", func(s segment.Stats) float64 { return float64(s.LoadFailures) }),
 			counter("idmint_segment_recovered_total", "Segments whose reply was lost and which were found again by request ID.", func(s segment.Stats) float64 { return float64(s.Recovered) }),

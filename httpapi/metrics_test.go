@@ -24,6 +24,7 @@ import (
 var exportedMetrics = []string{
 	"idmint_ids_issued_total",
 	"idmint_ids_abandoned_total",
+	"idmint_ids_given_back_total",
 	"idmint_segment_loads_total",
 	"idmint_segment_load_failures_total",
 	"idmint_segment_load_duration_seconds",
