@@ -89,11 +89,21 @@ func maxID(tb testing.TB, store *allocator.Postgres, tag string) int64 {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var n int64
-	if err := store.Pool().QueryRow(ctx, `SELECT max_id FROM idmint_tags WHERE biz_tag = $1`, tag).Scan(&n); err != nil {
-		tb.Fatal(err)
+	// After a database restart the pool still holds connections the crash
+	// killed; each fails once (EOF) and is dropped, so retry a few times.
+	var (
+		n   int64
+		err error
+	)
+	for range 10 {
+		err = store.Pool().QueryRow(ctx, `SELECT max_id FROM idmint_tags WHERE biz_tag = $1`, tag).Scan(&n)
+		if err == nil {
+			return n
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	return n
+	tb.Fatal(err)
+	return 0
 }
 
 // newInstance returns an allocator over store, closed at cleanup, with
