@@ -116,7 +116,13 @@ func readYAML(tb testing.TB, file string, v any) {
 func TestDeploy_GrafanaDashboard(t *testing.T) {
 	srv, _ := newMetricsServer(t)
 	get(t, srv, "/ids?biz_tag=order&count=25")
-	families, _ := scrape(t, srv.URL)
+	// The load-latency hook runs just after the load is installed: wait
+	// for its first observation, or the histogram is not exported yet.
+	var families map[string]*dto.MetricFamily
+	eventually(t, "the first load-latency observation", func() bool {
+		families, _ = scrape(t, srv.URL)
+		return families["idmint_segment_load_duration_seconds"] != nil
+	})
 	exported := exportedLabels(families)
 
 	data, err := os.ReadFile(filepath.Join(deployDir, "grafana/dashboards/idmint.json"))

@@ -116,6 +116,16 @@ func TestServer_Metrics(t *testing.T) {
 	get(t, srv, "/id?biz_tag=made-up")
 	get(t, srv, "/no/such/path")
 	get(t, srv, "/another/one")
+	// The load-latency hook runs just after a load is installed: let every
+	// load's observation land before comparing counts.
+	settled := func() bool {
+		f, _ := scrape(t, srv.URL)
+		loads, _ := value(f, "idmint_segment_loads_total", "biz_tag", "order")
+		failures, _ := value(f, "idmint_segment_load_failures_total", "biz_tag", "order")
+		observed, _ := value(f, "idmint_segment_load_duration_seconds", "biz_tag", "order")
+		return loads > 0 && observed == loads+failures
+	}
+	eventually(t, "load observations", settled)
 
 	start := time.Now()
 	families, size := scrape(t, srv.URL)
@@ -212,6 +222,7 @@ func TestServer_Metrics(t *testing.T) {
 	for range 10 { // the rest of the buffers, then a failed load
 		get(t, srv, "/ids?biz_tag=order&count=5")
 	}
+	eventually(t, "load observations", settled)
 	families, _ = scrape(t, srv.URL)
 	if up, _ := value(families, "idmint_database_up"); up != 0 {
 		t.Errorf("database down: database_up = %v, want 0", up)
