@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"sort"
 	"sync"
@@ -93,6 +94,9 @@ type Allocator struct {
 	// forgotten for a while (see forgotten).
 	buffers map[string]*segment.Buffer
 	unknown map[string]forgotten
+	// closing tracks the buffers forget closes in the background; Close
+	// waits for them.
+	closing sync.WaitGroup
 	pending map[string]*pendingRequest
 	// highest is the highest ID granted per tag: the Floor of the tag's
 	// next requests, so that a rolled-back store refuses without moving.
@@ -177,6 +181,9 @@ func (a *Allocator) buffer(tag string) (*segment.Buffer, error) {
 	})
 	sc.Logger = a.cfg.Logger
 	sc.Now = a.cfg.Now
+	// A tag's buffer may be new while the tag is not (a forgotten buffer):
+	// it starts from the highest ID the tag was ever granted here.
+	sc.Floor = a.highest[tag]
 	b = segment.New(sc)
 	a.buffers[tag] = b
 	return b, nil
@@ -214,13 +221,16 @@ func (a *Allocator) takeFailed(tag string, b *segment.Buffer, err error) error {
 		a.forget(tag, b, forgotten{until: a.cfg.Now().Add(a.coldRetry()), cause: err})
 		return err
 	case errors.Is(err, segment.ErrClosed):
-		// Closed under this request by takeFailed of another one.
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		if e := a.rememberedLocked(tag); e != nil && !a.closed {
+		if a.closed {
+			return ErrClosed
+		}
+		// Forgotten under this request by another one's takeFailed.
+		if e := a.rememberedLocked(tag); e != nil {
 			return e
 		}
-		return ErrClosed
+		return fmt.Errorf("%w: tag %q: its buffer was just dropped; retry", ErrUnavailable, tag)
 	}
 	return err
 }
@@ -234,17 +244,20 @@ func (a *Allocator) coldRetry() time.Duration {
 }
 
 // forget drops tag's buffer b (if it is still the tag's) and remembers f.
+// The buffer is closed in the background: Close may wait for a load still
+// in flight, and the request that forgets it must not wait too.
 func (a *Allocator) forget(tag string, b *segment.Buffer, f forgotten) {
 	a.mu.Lock()
-	if a.buffers[tag] == b {
-		delete(a.buffers, tag)
-		if len(a.unknown) >= maxUnknown {
-			clear(a.unknown)
-		}
-		a.unknown[tag] = f
+	defer a.mu.Unlock()
+	if a.closed || a.buffers[tag] != b {
+		return // Close (or an earlier forget) owns it
 	}
-	a.mu.Unlock()
-	b.Close() // its load has ended: this only stops a late retry
+	delete(a.buffers, tag)
+	if len(a.unknown) >= maxUnknown {
+		clear(a.unknown)
+	}
+	a.unknown[tag] = f
+	a.closing.Go(func() { b.Close() })
 }
 
 // Stats returns a snapshot of every loaded tag, sorted by tag.
@@ -297,26 +310,46 @@ func (a *Allocator) Close(ctx context.Context) error {
 		return nil
 	}
 	a.closed = true
-	bufs := a.buffers
+	bufs := maps.Clone(a.buffers)
 	a.mu.Unlock()
-	returner, _ := a.cfg.Store.(Returner)
-	var errs []error
+
+	// Tags close side by side: each may wait for a load in flight.
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs = []error{}
+	)
 	for tag, b := range bufs {
-		unused := b.Close()
-		if returner != nil && len(unused) > 0 {
-			back, ok, err := a.giveBack(ctx, returner, tag, unused)
-			errs = append(errs, err)
-			if ok {
-				b.GaveBack(back)
-				unused = leftOf(unused, back.First)
+		wg.Go(func() {
+			if err := a.closeBuffer(ctx, tag, b); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
 			}
-		}
-		for _, r := range unused {
-			a.cfg.Logger.Warn("ABANDONED ids: granted but never handed out (a gap)",
-				"biz_tag", tag, "first", r.First, "last", r.Last, "count", r.Len())
+		})
+	}
+	wg.Wait()
+	a.closing.Wait()
+	return errors.Join(append(errs, ctx.Err())...)
+}
+
+// closeBuffer closes one tag's buffer and gives back what it can of the
+// unused IDs; the rest is logged as abandoned.
+func (a *Allocator) closeBuffer(ctx context.Context, tag string, b *segment.Buffer) error {
+	unused := b.Close()
+	var err error
+	if returner, ok := a.cfg.Store.(Returner); ok && len(unused) > 0 {
+		var back segment.Range
+		if back, ok, err = a.giveBack(ctx, returner, tag, unused); ok {
+			b.GaveBack(back)
+			unused = leftOf(unused, back.First)
 		}
 	}
-	return errors.Join(append(errs, ctx.Err())...)
+	for _, r := range unused {
+		a.cfg.Logger.Warn("ABANDONED ids: granted but never handed out (a gap)",
+			"biz_tag", tag, "first", r.First, "last", r.Last, "count", r.Len())
+	}
+	return err
 }
 
 // leftOf returns the parts of ranges below first.

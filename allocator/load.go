@@ -64,7 +64,6 @@ func (a *Allocator) load(ctx context.Context, tag string, size int64) (segment.G
 		seg, err := a.allocate(ctx, req)
 		switch {
 		case err == nil:
-			a.settle(tag)
 			a.granted(tag, seg)
 			grant := toGrant(seg, false)
 			log.Info("segment loaded", "first", seg.First, "last", seg.Last, "step", grant.Len(), "asked", size,
@@ -73,7 +72,6 @@ func (a *Allocator) load(ctx context.Context, tag string, size int64) (segment.G
 		case errors.Is(err, ErrAlreadyGranted):
 			uncertain = true
 		case errors.Is(err, ErrUnknownTag), errors.Is(err, ErrExhausted), errors.Is(err, ErrInvalidTag):
-			a.settle(tag)
 			return segment.Grant{}, err
 		case errors.Is(err, ErrRolledBack):
 			// Final until an operator bumps the tag; the buffer backs off
@@ -88,11 +86,15 @@ func (a *Allocator) load(ctx context.Context, tag string, size int64) (segment.G
 }
 
 // request returns the allocation to attempt for tag: the unsettled one left
-// by an earlier load, or a new one with a fresh UUIDv7.
+// by an earlier load, or a new one with a fresh UUIDv7. An unsettled one is
+// taken out of pending, so that no two loads ever hold it at once (a
+// forgotten buffer's load may still run beside a new buffer's); giveUp puts
+// it back.
 func (a *Allocator) request(tag string, size int64) (Request, bool, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if p, ok := a.pending[tag]; ok {
+		delete(a.pending, tag)
 		return p.req, true, nil
 	}
 	id, err := uuid.NewV7()
@@ -105,12 +107,22 @@ func (a *Allocator) request(tag string, size int64) (Request, bool, error) {
 // giveUp ends a load that ran out of time. An allocation that may have
 // committed is kept, to be resumed by the tag's next load.
 func (a *Allocator) giveUp(req Request, uncertain bool, log interface{ Warn(string, ...any) }, err error) error {
-	if uncertain {
-		a.mu.Lock()
-		a.pending[req.Tag] = &pendingRequest{req: req}
-		a.mu.Unlock()
-		log.Warn("segment allocation unsettled; the next load resumes it", "err", err)
+	if !uncertain {
+		return err
 	}
+	a.mu.Lock()
+	_, taken := a.pending[req.Tag]
+	if !taken {
+		a.pending[req.Tag] = &pendingRequest{req: req}
+	}
+	a.mu.Unlock()
+	if taken {
+		// Another load left its own unsettled request: keep that one. If
+		// this one committed, its range is a gap, never served.
+		log.Warn("segment allocation unsettled and not resumable; if it committed, its range is a gap", "err", err)
+		return err
+	}
+	log.Warn("segment allocation unsettled; the next load resumes it", "err", err)
 	return err
 }
 
@@ -125,17 +137,9 @@ func (a *Allocator) granted(tag string, seg Segment) {
 	a.mu.Unlock()
 }
 
-// settle forgets the tag's unsettled allocation: it is now known.
-func (a *Allocator) settle(tag string) {
-	a.mu.Lock()
-	delete(a.pending, tag)
-	a.mu.Unlock()
-}
-
 // recovered returns a segment found by its request ID. Its log line is the
 // segment's load line, with the same fields as "segment loaded", but loud.
 func (a *Allocator) recovered(req Request, seg Segment, log interface{ Warn(string, ...any) }, latency time.Duration) segment.Grant {
-	a.settle(req.Tag)
 	a.granted(req.Tag, seg)
 	grant := toGrant(seg, true)
 	log.Warn("RECOVERED segment by request id after a lost reply", "first", seg.First, "last", seg.Last,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -34,6 +35,11 @@ func OpenPostgres(ctx context.Context, url string) (*Postgres, error) {
 		return nil, fmt.Errorf("parse database url: %w", err)
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = "idmint"
+	// A grant must be durable before its IDs are handed out: with
+	// synchronous_commit off (a server, database or role default), a crash
+	// could forget grants already served, and a restarted instance would
+	// hand them out again.
+	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to postgres: %w", err)
@@ -158,6 +164,10 @@ func (p *Postgres) Prune(ctx context.Context, age time.Duration) (int64, error) 
 
 // classify sorts an error from the allocation statement:
 //   - a unique violation on the request ID: granted before (ErrAlreadyGranted);
+//   - an error about the connection or the server going away (SQLSTATE
+//     class 08, 57P01-57P03, XX000), even in a *pgconn.PgError: it may come
+//     from a pooler or a dying backend after the statement committed, so
+//     it is ambiguous;
 //   - any other error from the server (*pgconn.PgError): the statement
 //     failed, so its implicit transaction committed nothing;
 //   - an error pgconn knows happened before anything was sent: nothing
@@ -167,8 +177,12 @@ func (p *Postgres) Prune(ctx context.Context, age time.Duration) (int64, error) 
 func classify(op string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		if pgErr.Code == "23505" && pgErr.ConstraintName == "idmint_segments_pkey" {
+		switch {
+		case pgErr.Code == "23505" && pgErr.ConstraintName == "idmint_segments_pkey":
 			return ErrAlreadyGranted
+		case strings.HasPrefix(pgErr.Code, "08"), pgErr.Code == "57P01", pgErr.Code == "57P02",
+			pgErr.Code == "57P03", pgErr.Code == "XX000":
+			return fmt.Errorf("%s: %w: %w", op, ErrAmbiguous, err)
 		}
 		return fmt.Errorf("%s: server refused, nothing committed: %w", op, err)
 	}

@@ -177,8 +177,10 @@ type Buffer struct {
 	// wantNext is true when no next range is ready and no load is in
 	// flight, so that crossing the threshold must start one.
 	wantNext atomic.Bool
-	// retryAt (unix nanos) holds back new loads after a failure.
+	// retryAt holds back new loads after a failure, in nanoseconds on the
+	// buffer's clock (see clock).
 	retryAt atomic.Int64
+	epoch   time.Time // the origin of clock
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -216,11 +218,16 @@ type counters struct {
 // New returns a buffer for one tag. It loads nothing until the first Take.
 func New(cfg Config) *Buffer {
 	cfg.setDefaults()
-	b := &Buffer{cfg: cfg, highest: cfg.Floor}
+	b := &Buffer{cfg: cfg, highest: cfg.Floor, epoch: cfg.Now()}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.wantNext.Store(true)
 	return b
 }
+
+// clock returns the time since the buffer was made. With time.Now it reads
+// the monotonic clock, so a wall-clock step (NTP) cannot stretch a backoff
+// to hours.
+func (b *Buffer) clock() int64 { return int64(b.cfg.Now().Sub(b.epoch)) }
 
 // Tag returns the tag the buffer serves.
 func (b *Buffer) Tag() string { return b.cfg.Tag }
@@ -277,7 +284,7 @@ func (b *Buffer) maybePrefetch(s *span, id int64) {
 	if id < s.prefetchAt || !b.wantNext.Load() {
 		return
 	}
-	if b.cfg.Now().UnixNano() < b.retryAt.Load() {
+	if b.clock() < b.retryAt.Load() {
 		return
 	}
 	b.mu.Lock()
@@ -338,7 +345,7 @@ func (b *Buffer) takeLocked(n int64) (Range, bool) {
 		if s != nil && n > 0 {
 			if r, ok := s.takeN(n); ok {
 				if r.Last >= s.prefetchAt && b.wantNext.Load() &&
-					b.cfg.Now().UnixNano() >= b.retryAt.Load() {
+					b.clock() >= b.retryAt.Load() {
 					b.startLoadLocked()
 				}
 				return r, true
@@ -367,7 +374,7 @@ func (b *Buffer) failFastLocked() error {
 	if b.lastErr == nil {
 		return nil
 	}
-	if wait := time.Duration(b.retryAt.Load() - b.cfg.Now().UnixNano()); wait > 0 {
+	if wait := time.Duration(b.retryAt.Load() - b.clock()); wait > 0 {
 		return &UnavailableError{Tag: b.cfg.Tag, RetryAfter: wait, Err: b.lastErr}
 	}
 	return nil
@@ -477,7 +484,7 @@ func (b *Buffer) failedLocked(err error) {
 	b.counters.failures++
 	b.lastErr = err
 	b.backoff = min(max(2*b.backoff, b.cfg.MinBackoff), b.cfg.MaxBackoff)
-	b.retryAt.Store(b.cfg.Now().Add(b.backoff).UnixNano())
+	b.retryAt.Store(b.clock() + int64(b.backoff))
 	b.wantNext.Store(!b.closed)
 	switch {
 	case errors.Is(err, ErrRolledBack):
