@@ -1,40 +1,28 @@
 package allocator_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/internal/testlog"
 	"github.com/idmint/idmint/segment"
 )
 
 // logLines collects JSON log lines; safe for concurrent use.
-type logLines struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
+type logLines struct{ testlog.Buffer }
 
 // with returns the lines whose message starts with msg.
 func (l *logLines) with(tb testing.TB, msg string) []map[string]any {
 	tb.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(l.buf.String()), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(l.String()), "\n") {
 		var m map[string]any
 		if err := json.Unmarshal([]byte(line), &m); err != nil {
 			tb.Fatalf("not JSON: %q", line)
@@ -94,7 +82,7 @@ func TestAllocator_Logs(t *testing.T) {
 				return lines
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("no %d %q lines in:\n%s", n, msg, logs.buf.String())
+				t.Fatalf("no %d %q lines in:\n%s", n, msg, logs.String())
 			}
 			time.Sleep(time.Millisecond)
 		}

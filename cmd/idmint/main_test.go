@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/internal/pgtest"
+	"github.com/idmint/idmint/internal/testlog"
 	"github.com/idmint/idmint/migrations"
 )
 
@@ -50,7 +51,7 @@ func startServe(tb testing.TB, args ...string) (string, func()) {
 	addr := freeAddr(tb)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	go func() {
 		done <- run(ctx, append([]string{"serve", "--listen", addr, "--log-format", "json"}, args...), io.Discard, logs)
 	}()
@@ -78,23 +79,6 @@ func startServe(tb testing.TB, args ...string) (string, func()) {
 	}
 	tb.Cleanup(stop)
 	return base, stop
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func getJSON(tb testing.TB, url string, v any) int {

@@ -1,7 +1,6 @@
 package faults_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -29,24 +28,6 @@ import (
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
-// logBuffer collects log lines for tests that look for an alarm.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
 
 // migrate applies the schema to the database at dbURL.
 func migrate(tb testing.TB, dbURL string) {

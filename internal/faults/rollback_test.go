@@ -15,6 +15,7 @@ import (
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/checker"
 	"github.com/idmint/idmint/internal/pgtest"
+	"github.com/idmint/idmint/internal/testlog"
 )
 
 // TestDatabaseRolledBack lowers max_id behind the running instances' backs,
@@ -30,7 +31,7 @@ func TestDatabaseRolledBack(t *testing.T) {
 	admin := open(t, dbURL)
 	createTag(t, admin, "order", step, step)
 
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	allocs := make([]*allocator.Allocator, instances)
 	for i := range allocs {
 		allocs[i] = newInstance(t, open(t, dbURL), fmt.Sprint("rollback-", i), func(c *allocator.Config) {
