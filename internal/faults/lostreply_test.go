@@ -3,7 +3,6 @@ package faults_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -223,6 +222,6 @@ func TestRetryWhileInFlight(t *testing.T) {
 	if m := maxID(t, direct, "order"); m != granted {
 		t.Fatalf("max_id %d but logged segments hold %d ids: an attempt moved max_id without a segment", m, granted)
 	}
-	t.Log(fmt.Sprintf("request %s: %d attempts while the original was held in PostgreSQL, exactly 1 segment granted; %d ids, 0 duplicates, 0 gaps",
-		reqID, attempts, r.IDs()))
+	t.Logf("request %s: %d attempts while the original was held in PostgreSQL, exactly 1 segment granted; %d ids, 0 duplicates, 0 gaps",
+		reqID, attempts, r.IDs())
 }
