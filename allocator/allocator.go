@@ -217,8 +217,11 @@ func (a *Allocator) takeFailed(tag string, b *segment.Buffer, err error) error {
 	case errors.Is(err, ErrUnavailable) && b.Stats().Loads == 0:
 		// Never loaded, so the buffer holds nothing worth keeping: no
 		// range, no anti-rollback floor (the allocator keeps that).
-		// It is answered "unavailable" from memory for one backoff.
-		a.forget(tag, b, forgotten{until: a.cfg.Now().Add(a.coldRetry()), cause: err})
+		// It is answered "unavailable" from memory for one backoff, which
+		// also bounds this line to one per tag per backoff.
+		if a.forget(tag, b, forgotten{until: a.cfg.Now().Add(a.coldRetry()), cause: err}) {
+			a.cfg.Logger.Warn("first segment load failed", "biz_tag", tag, "err", err)
+		}
 		return err
 	case errors.Is(err, segment.ErrClosed):
 		a.mu.Lock()
@@ -243,14 +246,15 @@ func (a *Allocator) coldRetry() time.Duration {
 	return 100 * time.Millisecond
 }
 
-// forget drops tag's buffer b (if it is still the tag's) and remembers f.
-// The buffer is closed in the background: Close may wait for a load still
-// in flight, and the request that forgets it must not wait too.
-func (a *Allocator) forget(tag string, b *segment.Buffer, f forgotten) {
+// forget drops tag's buffer b (if it is still the tag's) and remembers f,
+// and reports whether it did. The buffer is closed in the background: Close
+// may wait for a load still in flight, and the request that forgets it must
+// not wait too.
+func (a *Allocator) forget(tag string, b *segment.Buffer, f forgotten) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed || a.buffers[tag] != b {
-		return // Close (or an earlier forget) owns it
+		return false // Close (or an earlier forget) owns it
 	}
 	delete(a.buffers, tag)
 	if len(a.unknown) >= maxUnknown {
@@ -258,6 +262,7 @@ func (a *Allocator) forget(tag string, b *segment.Buffer, f forgotten) {
 	}
 	a.unknown[tag] = f
 	a.closing.Go(func() { b.Close() })
+	return true
 }
 
 // Stats returns a snapshot of every loaded tag, sorted by tag.

@@ -494,7 +494,12 @@ func (b *Buffer) failedLocked(err error) {
 		b.counters.refused++
 		b.cfg.Logger.Error("REFUSED segment: it starts at or below an id already granted to this instance; the database went back in time (restored backup or lagging replica?); bump the tag past the old high-water mark",
 			"biz_tag", b.cfg.Tag, "highest_granted", b.highest, "err", err, "retry_in", b.backoff)
-	case !errors.Is(err, context.Canceled):
+	case errors.Is(err, context.Canceled):
+	case b.counters.loads == 0:
+		// A first load: the tag may not exist at all (a made-up name),
+		// and the owner knows better whether this is worth a warning.
+		b.cfg.Logger.Debug("first segment load failed", "biz_tag", b.cfg.Tag, "err", err)
+	default:
 		b.cfg.Logger.Warn("segment load failed", "biz_tag", b.cfg.Tag, "err", err, "retry_in", b.backoff)
 	}
 }
