@@ -33,29 +33,13 @@ func BenchmarkBuffer_Take(b *testing.B) {
 	})
 	b.Run("parallel", func(b *testing.B) {
 		buf := newBuffer(b, &counterLoader{minStep: 1000}, nil)
-		ctx := context.Background()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				if _, err := buf.Take(ctx); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
+		takeParallel(b, buf)
 	})
 	// A fixed step of 100 makes the buffer switch ranges every 100 IDs:
 	// the cost of the locked slow path, amortised.
 	b.Run("parallel-step100", func(b *testing.B) {
 		buf := newBuffer(b, &counterLoader{minStep: 100}, func(c *segment.Config) { c.Period = time.Nanosecond })
-		ctx := context.Background()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				if _, err := buf.Take(ctx); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
+		takeParallel(b, buf)
 	})
 }
 
@@ -69,4 +53,17 @@ func BenchmarkBuffer_TakeN(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// takeParallel takes IDs from buf on every GOMAXPROCS goroutine for b.N.
+func takeParallel(b *testing.B, buf *segment.Buffer) {
+	ctx := context.Background()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := buf.Take(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }
