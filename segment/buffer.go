@@ -129,24 +129,34 @@ func newSpan(r Range, threshold float64) *span {
 	return s
 }
 
-// take hands out one ID, or ok=false when the span is used up.
+// take hands out one ID, or ok=false when the span is used up. It is the
+// hot path: one add. A take on a used-up span moves next by one; bringing it
+// back into the span by wrapping would take 2^63 such takes.
 func (s *span) take() (id int64, ok bool) {
 	id = s.next.Add(1) - 1
 	// id < First only after next wrapped past MaxInt64.
 	return id, id >= s.First && id <= s.Last
 }
 
-// takeN hands out up to n consecutive IDs.
+// takeN hands out up to n consecutive IDs (n >= 1). It moves next with a
+// compare-and-set, and only by what it hands out: an add of n, whatever n,
+// would move it even when the span is used up, and counts near 2^63 would
+// wrap it back into the span.
 func (s *span) takeN(n int64) (r Range, ok bool) {
-	start := s.next.Add(n) - n
-	if start < s.First || start > s.Last {
-		return Range{}, false
+	for {
+		start := s.next.Load()
+		if start < s.First || start > s.Last {
+			return Range{}, false
+		}
+		last := s.Last
+		if n-1 < s.Last-start {
+			last = start + n - 1
+		}
+		// last+1 wraps to MinInt64 only when last is MaxInt64: used up.
+		if s.next.CompareAndSwap(start, last+1) {
+			return Range{First: start, Last: last}, true
+		}
 	}
-	last := s.Last
-	if n-1 < s.Last-start {
-		last = start + n - 1
-	}
-	return Range{First: start, Last: last}, true
 }
 
 // used returns how many IDs of s were handed out.

@@ -3,8 +3,10 @@ package segment_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -393,5 +395,47 @@ func TestBuffer_FailFastDuringRetry(t *testing.T) {
 	}
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("Take waited %v on a hanging retry", d)
+	}
+}
+
+// onceLoader grants one range, then fails every load.
+type onceLoader struct {
+	r    segment.Range
+	done atomic.Bool
+}
+
+func (l *onceLoader) Load(ctx context.Context, size int64) (segment.Grant, error) {
+	if l.done.Swap(true) {
+		return segment.Grant{}, errors.New("database down")
+	}
+	return segment.Grant{Range: l.r, MinStep: l.r.Len()}, nil
+}
+
+// TestBuffer_TakeNHugeCount: a TakeN that fails must not move the range's
+// counter. Counts near 2^63 would otherwise wrap it below the range's start
+// (two failed adds of 2^63-1 move it back by two), and later takes would
+// hand out IDs again.
+func TestBuffer_TakeNHugeCount(t *testing.T) {
+	for _, count := range []int{math.MaxInt, 1 << 62, 1<<62 + 3} {
+		t.Run(fmt.Sprint(count), func(t *testing.T) {
+			b := newBuffer(t, &onceLoader{r: segment.Range{First: 1, Last: 10}}, func(c *segment.Config) { c.MinBackoff = time.Hour })
+			ctx := context.Background()
+			ids, err := b.TakeN(ctx, 10, nil)
+			if err != nil || len(ids) != 10 {
+				t.Fatalf("TakeN(10) = %v, %v", ids, err)
+			}
+			waitFor(t, "the prefetch to fail", func() bool { return b.Stats().LoadFailures == 1 })
+			for range 8 {
+				if got, err := b.TakeN(ctx, count, nil); err == nil || len(got) != 0 {
+					t.Fatalf("TakeN(%d) on an empty buffer = %d ids, %v", count, len(got), err)
+				}
+				if id, err := b.Take(ctx); err == nil {
+					t.Fatalf("Take after a failed TakeN(%d) = %d: handed out again", count, id)
+				}
+			}
+			if st := b.Stats(); st.Issued != 10 || st.Remaining != 0 {
+				t.Fatalf("Issued %d, Remaining %d; want 10 and 0", st.Issued, st.Remaining)
+			}
+		})
 	}
 }
