@@ -66,6 +66,10 @@ func (a *Allocator) load(ctx context.Context, tag string, size int64) (segment.G
 		case err == nil:
 			a.granted(tag, seg)
 			grant := toGrant(seg, false)
+			if seg.Repaired {
+				log.Error("REPAIRED rollback: the tag's max_id was below the highest id this instance was granted (restored backup or failover to a lagging replica?); raised it to that id and serving above it; ids other instances were granted above it may be handed out again: bump the tag past the old high-water mark",
+					"max_id_found", seg.FoundMaxID, "raised_to", req.Floor, "first", seg.First, "last", seg.Last, "latency", a.cfg.Now().Sub(start))
+			}
 			log.Info("segment loaded", "first", seg.First, "last", seg.Last, "step", grant.Len(), "asked", size,
 				"latency", a.cfg.Now().Sub(start), "attempts", attempt+1)
 			return grant, nil
@@ -73,10 +77,6 @@ func (a *Allocator) load(ctx context.Context, tag string, size int64) (segment.G
 			uncertain = true
 		case errors.Is(err, ErrUnknownTag), errors.Is(err, ErrExhausted), errors.Is(err, ErrInvalidTag):
 			return segment.Grant{}, err
-		case errors.Is(err, ErrRolledBack):
-			// Final until an operator bumps the tag; the buffer backs off
-			// and asks again.
-			return segment.Grant{}, a.giveUp(req, uncertain, log, err)
 		case errors.Is(err, ErrAmbiguous):
 			log.Warn("segment allocation reply lost; will look the request up", "err", err, "attempt", attempt+1)
 			uncertain = true
@@ -170,5 +170,6 @@ func toGrant(seg Segment, recovered bool) segment.Grant {
 		MaxStep:   seg.MaxStep,
 		RequestID: seg.RequestID.String(),
 		Recovered: recovered,
+		Repaired:  seg.Repaired,
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/internal/testlog"
 	"github.com/idmint/idmint/segment"
@@ -51,7 +53,7 @@ func (s *replyLoser) Allocate(ctx context.Context, req allocator.Request) (alloc
 
 // TestAllocator_Logs checks the log lines operators rely on: one per
 // segment load with tag, range, step, latency and request ID, and a loud
-// one for every recovered, refused or abandoned range.
+// one for every recovered or abandoned range and every repaired rollback.
 func TestAllocator_Logs(t *testing.T) {
 	ctx := context.Background()
 	m := allocator.NewMemStore()
@@ -111,11 +113,13 @@ func TestAllocator_Logs(t *testing.T) {
 
 	m.SetMaxID("order", 5) // the database goes back in time
 	next(10)               // the rest of [1,10], then 11: the threshold of [11,20]
-	refused := wait("REFUSED segment", 1)[0]
-	if refused["level"] != "ERROR" || refused["biz_tag"] != "order" || refused["highest_granted"] != 20.0 {
-		t.Errorf("refused: %v", refused)
-	}
+	repaired := wait("REPAIRED rollback", 1)[0]
+	has(repaired, map[string]any{"level": "ERROR", "biz_tag": "order", "max_id_found": 5.0, "raised_to": 20.0, "first": 21.0, "last": 30.0})
 
+	// Another instance allocates: the unused ranges cannot go back.
+	if _, err := m.Allocate(ctx, allocator.Request{ID: uuid.Must(uuid.NewV7()), Tag: "order"}); err != nil {
+		t.Fatal(err)
+	}
 	a.Close(ctx)
 	abandoned := wait("ABANDONED ids", 1)[0]
 	if abandoned["level"] != "WARN" || abandoned["biz_tag"] != "order" || abandoned["first"] != 12.0 ||

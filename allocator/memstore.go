@@ -127,15 +127,14 @@ func (m *MemStore) Allocate(ctx context.Context, req Request) (Segment, error) {
 	if !ok {
 		return Segment{}, fmt.Errorf("%w: %q", ErrUnknownTag, req.Tag)
 	}
-	if t.MaxID < req.Floor {
-		return Segment{}, fmt.Errorf("%w: %q: max_id %d is below %d", ErrRolledBack, req.Tag, t.MaxID, req.Floor)
-	}
 	size := bounds(req.Size, t.Step, t.MaxStep)
-	if t.MaxID > math.MaxInt64-size {
-		return Segment{}, fmt.Errorf("%w: %q at %d", ErrExhausted, req.Tag, t.MaxID)
+	base := max(t.MaxID, req.Floor) // a max_id below the floor is raised to it
+	if base > math.MaxInt64-size {
+		return Segment{}, fmt.Errorf("%w: %q at %d", ErrExhausted, req.Tag, base)
 	}
-	t.MaxID += size
-	seg := Segment{RequestID: req.ID, Tag: req.Tag, First: t.MaxID - size + 1, Last: t.MaxID, Step: t.Step, MaxStep: t.MaxStep}
+	seg := Segment{RequestID: req.ID, Tag: req.Tag, First: base + 1, Last: base + size, Step: t.Step, MaxStep: t.MaxStep,
+		Repaired: t.MaxID < req.Floor, FoundMaxID: t.MaxID}
+	t.MaxID = seg.Last
 	m.requests[req.ID] = seg
 	return seg, nil
 }
@@ -171,6 +170,7 @@ func (m *MemStore) Lookup(ctx context.Context, id uuid.UUID) (Segment, error) {
 	if !ok {
 		return Segment{}, ErrNotFound
 	}
+	seg.Repaired, seg.FoundMaxID = false, 0 // as a segment log row: no repair recorded
 	return seg, nil
 }
 

@@ -47,7 +47,9 @@ func OpenPostgres(ctx context.Context, url string) (*Postgres, error) {
 	return &Postgres{pool: pool}, nil
 }
 
-// NewPostgres returns a Postgres over an existing pool.
+// NewPostgres returns a Postgres over an existing pool. Allocations pin
+// synchronous_commit=on in their own transaction, so the pool's settings
+// cannot make a grant less durable.
 func NewPostgres(pool *pgxpool.Pool) *Postgres { return &Postgres{pool: pool} }
 
 // Pool returns the connection pool.
@@ -58,47 +60,62 @@ func (p *Postgres) Close() { p.pool.Close() }
 
 // allocateSQL bumps max_id and logs the request in ONE statement, so there
 // is no moment where one happened without the other. The size wanted ($2) is
-// bounded by the tag's step and max_step (default 1,000,000). A bump that
-// would pass 2^63-1 matches no row: nothing changes, and the caller tells
-// "exhausted" from "unknown tag". So does a max_id below the instance's
-// floor ($6): the database went back in time, and refusing must not move it.
-// A request ID granted before makes the INSERT fail on the primary key, which
-// rolls the bump back.
+// bounded by the tag's step and max_step (default 1,000,000).
+//
+// A max_id below the instance's floor ($6) went back in time (a restored
+// backup, a failover to a lagging replica): it is raised to the floor and the
+// segment granted above it, so that the instance serves again and nobody is
+// granted after it the IDs it was granted before. GREATEST never lowers
+// max_id. The row is read FOR UPDATE, so that the max_id found (to report the
+// repair) is the one the update moves, even when a concurrent allocation
+// changed it meanwhile.
+//
+// A bump that would pass 2^63-1 matches no row: nothing changes, and the
+// caller tells "exhausted" from "unknown tag". A request ID granted before
+// makes the INSERT fail on the primary key, which rolls the bump back.
+//
+// The first CTE pins synchronous_commit=on for this statement's transaction,
+// whatever the pool, role or database say: a grant must be durable (and, with
+// synchronous standbys, replicated) before its IDs are handed out.
 const allocateSQL = `
-WITH wanted AS (
-    SELECT biz_tag, GREATEST(step, LEAST($2::bigint, COALESCE(max_step, $5::bigint)))::bigint AS size
-    FROM idmint_tags WHERE biz_tag = $1
+WITH durable AS (
+    SELECT set_config('synchronous_commit', 'on', true) AS synchronous_commit
+), wanted AS (
+    SELECT t.biz_tag, t.max_id AS found,
+           GREATEST(t.step, LEAST($2::bigint, COALESCE(t.max_step, $5::bigint)))::bigint AS size
+    FROM idmint_tags t, durable WHERE t.biz_tag = $1
+    FOR UPDATE OF t
 ), bumped AS (
     UPDATE idmint_tags t
-    SET max_id = t.max_id + w.size, updated_at = now()
+    SET max_id = GREATEST(t.max_id, $6::bigint) + w.size, updated_at = now()
     FROM wanted w
-    WHERE t.biz_tag = w.biz_tag AND t.max_id <= 9223372036854775807 - w.size
-      AND t.max_id >= $6::bigint
-    RETURNING t.biz_tag, t.max_id - w.size + 1 AS first_id, t.max_id AS last_id, t.step, t.max_step
+    WHERE t.biz_tag = w.biz_tag AND GREATEST(t.max_id, $6::bigint) <= 9223372036854775807 - w.size
+    RETURNING t.biz_tag, t.max_id - w.size + 1 AS first_id, t.max_id AS last_id, t.step, t.max_step, w.found
 ), logged AS (
     INSERT INTO idmint_segments (request_id, biz_tag, first_id, last_id, instance)
     SELECT $3, biz_tag, first_id, last_id, $4 FROM bumped
     RETURNING request_id
 )
-SELECT b.first_id, b.last_id, b.step, COALESCE(b.max_step, 0)
+SELECT b.first_id, b.last_id, b.step, COALESCE(b.max_step, 0), b.found
 FROM bumped b, logged`
 
 // Allocate implements Store.
 func (p *Postgres) Allocate(ctx context.Context, req Request) (Segment, error) {
 	seg := Segment{RequestID: req.ID, Tag: req.Tag}
 	err := p.pool.QueryRow(ctx, allocateSQL, req.Tag, req.Size, req.ID, req.Instance, int64(segment.DefaultMaxStep), req.Floor).
-		Scan(&seg.First, &seg.Last, &seg.Step, &seg.MaxStep)
+		Scan(&seg.First, &seg.Last, &seg.Step, &seg.MaxStep, &seg.FoundMaxID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Segment{}, p.whyNoRow(ctx, req.Tag, req.Floor)
 	}
 	if err != nil {
 		return Segment{}, classify("allocate", err)
 	}
+	seg.Repaired = seg.FoundMaxID < req.Floor
 	return seg, nil
 }
 
-// whyNoRow tells an unknown tag from a rolled-back or exhausted one after an
-// allocation that changed nothing.
+// whyNoRow tells an unknown tag from an exhausted one after an allocation
+// that changed nothing.
 func (p *Postgres) whyNoRow(ctx context.Context, tag string, floor int64) error {
 	var maxID int64
 	err := p.pool.QueryRow(ctx, `SELECT max_id FROM idmint_tags WHERE biz_tag = $1`, tag).Scan(&maxID)
@@ -109,10 +126,7 @@ func (p *Postgres) whyNoRow(ctx context.Context, tag string, floor int64) error 
 		// The allocation itself committed nothing: not ambiguous.
 		return fmt.Errorf("allocate %q: %w", tag, err)
 	}
-	if maxID < floor {
-		return fmt.Errorf("%w: %q: max_id %d is below %d, the highest id this instance was granted", ErrRolledBack, tag, maxID, floor)
-	}
-	return fmt.Errorf("%w: %q at max_id %d", ErrExhausted, tag, maxID)
+	return fmt.Errorf("%w: %q at max_id %d (floor %d)", ErrExhausted, tag, maxID, floor)
 }
 
 // GiveBack implements Returner with one compare-and-set statement.

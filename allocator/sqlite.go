@@ -98,14 +98,15 @@ func (s *SQLite) Allocate(ctx context.Context, req Request) (Segment, error) {
 		if err != nil {
 			return err
 		}
-		if maxID < req.Floor {
-			return fmt.Errorf("%w: %q: max_id %d is below %d, the highest id this instance was granted", ErrRolledBack, req.Tag, maxID, req.Floor)
-		}
 		size := bounds(req.Size, seg.Step, seg.MaxStep)
-		if maxID > math.MaxInt64-size {
-			return fmt.Errorf("%w: %q at max_id %d", ErrExhausted, req.Tag, maxID)
+		// A max_id below the instance's floor went back in time: raise it
+		// to the floor, in this transaction, and grant above.
+		base := max(maxID, req.Floor)
+		if base > math.MaxInt64-size {
+			return fmt.Errorf("%w: %q at max_id %d", ErrExhausted, req.Tag, base)
 		}
-		seg.First, seg.Last = maxID+1, maxID+size
+		seg.First, seg.Last = base+1, base+size
+		seg.Repaired, seg.FoundMaxID = maxID < req.Floor, maxID
 		if _, err := tx.ExecContext(ctx, `UPDATE idmint_tags SET max_id = ?, updated_at = `+nowSQL+` WHERE biz_tag = ?`, seg.Last, req.Tag); err != nil {
 			return err
 		}

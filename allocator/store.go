@@ -23,8 +23,9 @@ var (
 	// ErrUnavailable means no ID could be handed out in time: the buffers
 	// are empty and the store cannot be reached.
 	ErrUnavailable = segment.ErrUnavailable
-	// ErrRolledBack means the store granted a range at or below one
-	// already granted: the database went back in time.
+	// ErrRolledBack means a range at or below one already granted reached a
+	// buffer (a store that ignores Request.Floor): the database went back in
+	// time, and the range is refused.
 	ErrRolledBack = segment.ErrRolledBack
 	// ErrClosed means the allocator was closed.
 	ErrClosed = errors.New("allocator closed")
@@ -45,11 +46,11 @@ var (
 // Store is the source of truth for tags' high-water marks.
 type Store interface {
 	// Allocate advances the tag's max_id by one segment and records the
-	// request ID, as one atomic step, and returns the segment. It returns
-	// ErrAlreadyGranted when req.ID was granted before, ErrUnknownTag,
-	// ErrExhausted, ErrRolledBack when max_id is below req.Floor, or an
-	// error wrapping ErrAmbiguous when it cannot tell whether the
-	// allocation committed.
+	// request ID, as one atomic step, and returns the segment. When max_id
+	// is below req.Floor it is first raised to it, in the same step, and the
+	// segment says so (Repaired). It returns ErrAlreadyGranted when req.ID
+	// was granted before, ErrUnknownTag, ErrExhausted, or an error wrapping
+	// ErrAmbiguous when it cannot tell whether the allocation committed.
 	Allocate(ctx context.Context, req Request) (Segment, error)
 	// Lookup returns the segment granted to a request ID, or ErrNotFound.
 	Lookup(ctx context.Context, id uuid.UUID) (Segment, error)
@@ -65,9 +66,9 @@ type Request struct {
 	Instance string
 	// Floor is the highest ID the instance was ever granted for the tag (0:
 	// none). When the tag's max_id is below it the database went back in
-	// time, and the store grants nothing and returns ErrRolledBack: a refused
-	// range must not move max_id, or every refusal would climb into IDs that
-	// other instances already handed out.
+	// time: the store raises max_id to Floor (never lowers it) and grants
+	// the segment above, in the same atomic step, so that the instance
+	// serves again and nobody is granted its lost IDs after it.
 	Floor int64
 }
 
@@ -88,6 +89,11 @@ type Segment struct {
 	First, Last int64
 	Step        int64 // the tag's minimum segment size
 	MaxStep     int64 // the tag's maximum segment size; 0 when unset
+	// Repaired is true when max_id was below the request's Floor and was
+	// raised to it; FoundMaxID is the max_id found then. Only Allocate sets
+	// them.
+	Repaired   bool
+	FoundMaxID int64
 }
 
 // Tag describes one tag's row.

@@ -133,7 +133,7 @@ func TestDashboard_Browser(t *testing.T) {
 
 	// order: past the threshold, next range ready. user: a few IDs, no
 	// next range yet. payment: the database goes back in time, and its
-	// next range is refused.
+	// rollback is repaired.
 	p.take(t, "order", 350)
 	p.take(t, "user", 7)
 	p.take(t, "payment", 1)
@@ -142,7 +142,7 @@ func TestDashboard_Browser(t *testing.T) {
 	eventually(t, "settled buffers", func() bool {
 		_, _, order := p.tag(t, "order")
 		_, _, payment := p.tag(t, "payment")
-		return order.NextReady && payment.Refused > 0 && !payment.Loading
+		return order.NextReady && payment.Repaired > 0 && !payment.Loading
 	})
 	_, h := p.health(t, "")
 	if h.Status != httpapi.StatusDegraded || len(h.Tags) != 3 || h.Tags[0].Tag != "order" {
@@ -161,7 +161,7 @@ func TestDashboard_Browser(t *testing.T) {
 		t.Errorf("database pill does not say up")
 	}
 	if !strings.Contains(dom, "the database went back in time") {
-		t.Errorf("the refused range is not among the alarms")
+		t.Errorf("the repaired rollback is not among the alarms")
 	}
 
 	rows := parseRows(t, dom)

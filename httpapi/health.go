@@ -80,10 +80,13 @@ type TagHealth struct {
 	LoadFailures    int64      `json:"load_failures"`
 	Recovered       int64      `json:"recovered_replies"`
 	Refused         int64      `json:"refused_ranges"`
-	Issued          int64      `json:"ids_issued"`
-	Abandoned       int64      `json:"ids_abandoned"`
-	GivenBack       int64      `json:"ids_given_back"`
-	LastError       string     `json:"last_error,omitempty"`
+	// Repaired counts rollbacks repaired: the tag's max_id was found below
+	// the highest ID this instance was granted and raised to it.
+	Repaired  int64  `json:"rollbacks_repaired"`
+	Issued    int64  `json:"ids_issued"`
+	Abandoned int64  `json:"ids_abandoned"`
+	GivenBack int64  `json:"ids_given_back"`
+	LastError string `json:"last_error,omitempty"`
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
@@ -123,8 +126,9 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 //     out of a load balancer), or when no tag ever loaded;
 //   - degraded when every tag serves but the database is unreachable, a
 //     tag's next range is late, a load failed since the last success, or a
-//     range was refused since the instance started (the database went back
-//     in time: an operator must look, so it sticks);
+//     range was refused or a rollback repaired since the instance started
+//     (the database went back in time: an operator must look, so it
+//     sticks);
 //   - ok otherwise.
 //
 // Reasons lists every cause, so that a dashboard can say what is wrong.
@@ -170,6 +174,10 @@ func (s *Server) health(ctx context.Context, stats []segment.Stats, asked bool) 
 			troubled = true
 			reason("%s: %d range(s) refused since start: the database went back in time", st.Tag, st.Refused)
 		}
+		if st.Repaired > 0 {
+			troubled = true
+			reason("%s: %d rollback(s) repaired since start: the database went back in time; ids other instances were granted may repeat until the tag is bumped", st.Tag, st.Repaired)
+		}
 	}
 	if !asked && loaded == 0 && !h.Database.Reachable {
 		serving = false
@@ -206,6 +214,7 @@ func tagHealth(st segment.Stats) TagHealth {
 		LoadFailures:   st.LoadFailures,
 		Recovered:      st.Recovered,
 		Refused:        st.Refused,
+		Repaired:       st.Repaired,
 		Issued:         st.Issued,
 		Abandoned:      st.Abandoned,
 		GivenBack:      st.GivenBack,

@@ -152,6 +152,7 @@ func newStatsCollector(a Allocator, pingTimeout time.Duration) *statsCollector {
 			counter("idmint_segment_loads_total", "Segments fetched from the database.", func(s segment.Stats) float64 { return float64(s.Loads) }),
 			counter("idmint_segment_load_failures_total", "Segment fetches that failed (refused ones included).", func(s segment.Stats) float64 { return float64(s.LoadFailures) }),
 			counter("idmint_segment_recovered_total", "Segments whose reply was lost and which were found again by request ID.", func(s segment.Stats) float64 { return float64(s.Recovered) }),
+			counter("idmint_rollbacks_repaired_total", "Rollbacks repaired: max_id found below the highest ID this instance was granted, and raised to it.", func(s segment.Stats) float64 { return float64(s.Repaired) }),
 			counter("idmint_segment_refused_total", "Segments refused because they started at or below an ID already granted (database rolled back).", func(s segment.Stats) float64 { return float64(s.Refused) }),
 			gauge("idmint_segment_step", "Size of the last segment fetched.", func(s segment.Stats) float64 { return float64(s.Step) }),
 			gauge("idmint_buffer_remaining_ids", "IDs left in the current segment.", func(s segment.Stats) float64 { return float64(s.Remaining) }),

@@ -30,6 +30,7 @@ var exportedMetrics = []string{
 	"idmint_segment_load_duration_seconds",
 	"idmint_segment_recovered_total",
 	"idmint_segment_refused_total",
+	"idmint_rollbacks_repaired_total",
 	"idmint_segment_step",
 	"idmint_buffer_remaining_ids",
 	"idmint_buffer_remaining_ratio",
@@ -165,6 +166,7 @@ func TestServer_Metrics(t *testing.T) {
 		{"idmint_buffer_next_ready", boolValue(th.NextReady)},
 		{"idmint_buffer_serving", 1},
 		{"idmint_segment_refused_total", 0},
+		{"idmint_rollbacks_repaired_total", 0},
 	} {
 		if got, ok := value(families, c.name, "biz_tag", "order"); !ok || got != c.want {
 			t.Errorf("%s{biz_tag=order} = %v (%v), want %v", c.name, got, ok, c.want)

@@ -42,6 +42,10 @@ type Grant struct {
 	// Recovered is true when the reply to the allocation was lost and the
 	// range was found again by its request ID.
 	Recovered bool
+	// Repaired is true when the store found the tag's high-water mark below
+	// the buffer's floor (the database went back in time) and raised it to
+	// the floor before granting the range above it.
+	Repaired bool
 }
 
 // Loader fetches the next range for a buffer. size 0 asks for the tag's own
@@ -219,10 +223,10 @@ type Buffer struct {
 }
 
 type counters struct {
-	loads, failures, refused, recovered int64
-	lastLatency, totalLatency           time.Duration
-	lastLoadAt                          time.Time
-	lastRequestID                       string
+	loads, failures, refused, recovered, repaired int64
+	lastLatency, totalLatency                     time.Duration
+	lastLoadAt                                    time.Time
+	lastRequestID                                 string
 }
 
 // New returns a buffer for one tag. It loads nothing until the first Take.
@@ -527,6 +531,9 @@ func (b *Buffer) grantedLocked(g Grant, latency time.Duration) {
 	c.lastRequestID = g.RequestID
 	if g.Recovered {
 		c.recovered++
+	}
+	if g.Repaired {
+		c.repaired++
 	}
 	if b.closed {
 		// The load finished after Close began: nobody will serve this

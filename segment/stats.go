@@ -26,6 +26,7 @@ type Stats struct {
 	LoadFailures           int64
 	Refused                int64 // ranges refused by the anti-rollback check
 	Recovered              int64 // ranges recovered by request ID after a lost reply
+	Repaired               int64 // rollbacks repaired: max_id found below the floor and raised to it
 	LastLoadLatency        time.Duration
 	AvgLoadLatency         time.Duration
 	LastLoadAt             time.Time
@@ -103,6 +104,7 @@ func (b *Buffer) Stats() Stats {
 		LoadFailures:    c.failures,
 		Refused:         c.refused,
 		Recovered:       c.recovered,
+		Repaired:        c.repaired,
 		LastLoadLatency: c.lastLatency,
 		LastLoadAt:      c.lastLoadAt,
 		LastRequestID:   c.lastRequestID,

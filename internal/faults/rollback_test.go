@@ -3,11 +3,15 @@ package faults_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,36 +22,42 @@ import (
 	"github.com/idmint/idmint/internal/testlog"
 )
 
-// TestDatabaseRolledBack lowers max_id behind the running instances' backs,
-// as a restored backup or a failover to a lagging replica would. Every
-// instance must refuse every range at or below what it was granted, say so
-// in its log and /id/health, and never serve a duplicate; the refusals must
-// not move max_id (or they would climb into IDs other instances served).
-// Then the operator's way out, a bump past the highest ID handed out, lets
-// them serve again without a restart.
+// TestDatabaseRolledBack lowers max_id behind a running instance's back, as
+// a restored backup or a failover to a lagging replica would. The instance
+// must find max_id below the highest ID it was granted, raise it back there
+// in its allocation (one statement), say so loudly in its log, /id/health and
+// /metrics, and serve again above it without a restart. An instance started
+// after the repair, with no memory of the lost grants, must not hand out any
+// of them: 0 duplicates over every ID both served.
 func TestDatabaseRolledBack(t *testing.T) {
-	const instances, workersPer, step = 3, 4, 10
+	const workers, step = 4, 10
 	dbURL := newDatabase(t, pgtest.Shared(t))
 	admin := open(t, dbURL)
 	createTag(t, admin, "order", step, step)
 
 	logs := &testlog.Buffer{}
-	allocs := make([]*allocator.Allocator, instances)
-	for i := range allocs {
-		allocs[i] = newInstance(t, open(t, dbURL), fmt.Sprint("rollback-", i), func(c *allocator.Config) {
-			c.Logger = slog.New(slog.NewTextHandler(logs, nil))
-		})
-	}
-	api := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: allocs[0], Logger: quiet()}))
+	running := newInstance(t, open(t, dbURL), "rollback-running", func(c *allocator.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
+	metrics := httpapi.NewMetrics()
+	api := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: running, Metrics: metrics, Logger: quiet()}))
 	defer api.Close()
 
 	c := checker.New()
-	l := startLoad(c, instances*workersPer, func(ctx context.Context, w int) (string, string, int64, error) {
-		id, err := allocs[w%instances].Next(ctx, "order")
-		return fmt.Sprint("worker-", w), "order", id, err
+	var late atomic.Pointer[allocator.Allocator] // started after the repair
+	l := startLoad(c, 2*workers, func(ctx context.Context, w int) (string, string, int64, error) {
+		a, client := running, fmt.Sprint("running-", w)
+		if w >= workers {
+			if a = late.Load(); a == nil {
+				return "", "", 0, errNotStarted
+			}
+			client = fmt.Sprint("late-", w)
+		}
+		id, err := a.Next(ctx, "order")
+		return client, "order", id, err
 	})
 	defer l.stop()
-	time.Sleep(time.Second)
+	waitFor(t, 30*time.Second, "ids before the rollback", func() bool { return c.Report().Acknowledged > 500 })
 
 	ctx := context.Background()
 	before := maxID(t, admin, "order")
@@ -55,22 +65,28 @@ func TestDatabaseRolledBack(t *testing.T) {
 	if _, err := admin.Pool().Exec(ctx, `UPDATE idmint_tags SET max_id = $1 WHERE biz_tag = 'order'`, restored); err != nil {
 		t.Fatal(err)
 	}
-	rolledBack := time.Now()
-	waitFor(t, 30*time.Second, "every instance to refuse", func() bool {
-		for _, a := range allocs {
-			if tagStats(a, "order").Refused == 0 {
-				return false
-			}
-		}
-		return true
+	repairedIn := waitFor(t, 30*time.Second, "the running instance to repair", func() bool {
+		return tagStats(running, "order").Repaired > 0
 	})
-	time.Sleep(time.Second) // keep asking while rolled back
-	if m := maxID(t, admin, "order"); m != restored {
-		t.Fatalf("max_id moved from %d to %d while every instance refused: refusals climbed", restored, m)
+	st := tagStats(running, "order")
+	if m := maxID(t, admin, "order"); m < st.Highest || m <= before {
+		t.Fatalf("max_id %d after the repair: want it at or above %d, the highest id granted (and above %d before the rollback)", m, st.Highest, before)
 	}
-	if !strings.Contains(logs.String(), "REFUSED segment") {
-		t.Fatal("no REFUSED alarm in the logs")
+	if st.Refused != 0 {
+		t.Fatalf("%d ranges refused: a repair serves, it does not refuse", st.Refused)
 	}
+	if !strings.Contains(logs.String(), "REPAIRED rollback") {
+		t.Fatal("no REPAIRED alarm in the logs")
+	}
+
+	// An instance with no memory of the lost grants starts now.
+	late.Store(newInstance(t, open(t, dbURL), "rollback-late", nil))
+	acked := c.Report().Acknowledged
+	waitFor(t, 30*time.Second, "both instances to serve", func() bool {
+		return tagStats(late.Load(), "order").Issued > 100 && c.Report().Acknowledged > acked+500
+	})
+	l.stop()
+
 	var h httpapi.Health
 	resp, err := http.Get(api.URL + "/id/health")
 	if err != nil {
@@ -78,37 +94,41 @@ func TestDatabaseRolledBack(t *testing.T) {
 	}
 	json.NewDecoder(resp.Body).Decode(&h)
 	resp.Body.Close()
-	if h.Status == httpapi.StatusOK || len(h.Tags) != 1 || h.Tags[0].Refused == 0 {
-		t.Fatalf("/id/health while rolled back: %d %+v", resp.StatusCode, h)
+	if resp.StatusCode != http.StatusOK || h.Status != httpapi.StatusDegraded || len(h.Tags) != 1 || h.Tags[0].Repaired == 0 || !h.Tags[0].Serving {
+		t.Fatalf("/id/health after the repair: %d %+v", resp.StatusCode, h)
 	}
-	refusedIDs := c.Report()
-	t.Logf("max_id rolled back from %d to %d: all %d instances refused within %v; /id/health %s, refused_ranges %d; max_id stayed %d",
-		before, restored, instances, time.Since(rolledBack).Round(time.Millisecond), h.Status, h.Tags[0].Refused, restored)
-
-	// The operator's way out: bump past the highest ID handed out.
-	highest := refusedIDs.Tag("order").Highest
-	if _, err := admin.Bump(ctx, "order", highest+1000, 0); err != nil {
-		t.Fatal(err)
+	if got := scrapeValue(t, api.URL, "idmint_rollbacks_repaired_total"); got != float64(h.Tags[0].Repaired) {
+		t.Fatalf("idmint_rollbacks_repaired_total = %v, /id/health says %d", got, h.Tags[0].Repaired)
 	}
-	bumped := time.Now()
-	acked := c.Report().Acknowledged
-	waitFor(t, 30*time.Second, "every instance to serve again", func() bool {
-		for _, a := range allocs {
-			if st := tagStats(a, "order"); !st.Serving || st.Highest <= highest {
-				return false
-			}
-		}
-		return c.Report().Acknowledged > acked+100
-	})
-	resumed := time.Since(bumped)
-	time.Sleep(500 * time.Millisecond)
-	l.stop()
 	r := c.Report()
 	requireValid(t, r)
-	var refused int64
-	for _, a := range allocs {
-		refused += tagStats(a, "order").Refused
+	t.Logf("max_id rolled back from %d to %d; repaired %v later by the running instance (%d repair(s), 0 refused, /id/health %s); an instance started after: %d ids, %d in all, 0 duplicates",
+		before, restored, repairedIn.Round(time.Millisecond), h.Tags[0].Repaired, h.Status, tagStats(late.Load(), "order").Issued, r.IDs())
+}
+
+var errNotStarted = errors.New("instance not started yet")
+
+// scrapeValue returns the value of the metric name (one series) at url.
+func scrapeValue(tb testing.TB, url, name string) float64 {
+	tb.Helper()
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		tb.Fatal(err)
 	}
-	t.Logf("after `tag bump --to %d`: all instances serving again %v later, without a restart; %d ids, %d refused loads, 0 duplicates",
-		highest+1000, resumed.Round(time.Millisecond), r.IDs(), refused)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, name+"{") {
+			v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			if err != nil {
+				tb.Fatalf("%s: %v", line, err)
+			}
+			return v
+		}
+	}
+	tb.Fatalf("no %s in /metrics", name)
+	return 0
 }

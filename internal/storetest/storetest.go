@@ -151,21 +151,81 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		}
 	})
 
-	t.Run("below the instance's floor nothing is granted and max_id stays", func(t *testing.T) {
+	t.Run("below the instance's floor max_id is raised to it", func(t *testing.T) {
 		s := open(t)
 		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10})
 		req := newRequest("order", 0)
 		req.Floor = 500 // this instance was granted up to 500: the store went back in time
-		if _, err := s.Allocate(t.Context(), req); !errors.Is(err, allocator.ErrRolledBack) {
-			t.Fatalf("err = %v, want ErrRolledBack", err)
+		seg, err := s.Allocate(t.Context(), req)
+		if err != nil || seg.First != 501 || seg.Last != 510 || !seg.Repaired || seg.FoundMaxID != 0 {
+			t.Fatalf("below the floor: %+v, %v; want [501, 510], repaired from 0", seg, err)
 		}
-		if got := maxID(t, s, "order"); got != 0 {
-			t.Fatalf("a refused allocation moved max_id to %d", got)
+		if got := maxID(t, s, "order"); got != 510 {
+			t.Fatalf("max_id = %d, want 510", got)
 		}
+		// At or below max_id the floor changes nothing: never lowers it.
+		for _, floor := range []int64{510, 0, 300} {
+			req = newRequest("order", 0)
+			req.Floor = floor
+			prev := maxID(t, s, "order")
+			if seg, err := s.Allocate(t.Context(), req); err != nil || seg.First != prev+1 || seg.Repaired {
+				t.Fatalf("floor %d at max_id %d: %+v, %v", floor, prev, seg, err)
+			}
+		}
+		// A floor too close to 2^63-1 to grant above: nothing moves.
 		req = newRequest("order", 0)
-		req.Floor = 0
-		if seg, err := s.Allocate(t.Context(), req); err != nil || seg.First != 1 {
-			t.Fatalf("at the floor: %+v, %v", seg, err)
+		req.Floor = math.MaxInt64 - 5
+		if _, err := s.Allocate(t.Context(), req); !errors.Is(err, allocator.ErrExhausted) {
+			t.Fatalf("floor near 2^63-1: %v, want ErrExhausted", err)
+		}
+		if got := maxID(t, s, "order"); got != 540 {
+			t.Fatalf("an exhausted allocation moved max_id to %d", got)
+		}
+	})
+
+	t.Run("concurrent allocations with a floor: one repair, no overlap", func(t *testing.T) {
+		const goroutines, each, floor = 8, 10, 1000
+		s := open(t)
+		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10})
+		var (
+			mu       sync.Mutex
+			all      []allocator.Segment
+			repaired int
+			wg       sync.WaitGroup
+		)
+		for range goroutines {
+			wg.Go(func() {
+				for range each {
+					req := newRequest("order", 0)
+					req.Floor = floor
+					seg, err := s.Allocate(t.Context(), req)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					all = append(all, seg)
+					if seg.Repaired {
+						repaired++
+					}
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		if t.Failed() {
+			return
+		}
+		slices.SortFunc(all, func(a, b allocator.Segment) int { return cmp.Compare(a.First, b.First) })
+		next := int64(floor + 1)
+		for _, seg := range all {
+			if seg.First != next {
+				t.Fatalf("segment %+v: want it to start at %d (overlap or hole)", seg, next)
+			}
+			next = seg.Last + 1
+		}
+		if repaired != 1 || maxID(t, s, "order") != next-1 {
+			t.Fatalf("%d repairs, max_id %d; want 1 and %d", repaired, maxID(t, s, "order"), next-1)
 		}
 	})
 
