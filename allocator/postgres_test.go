@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idmint/idmint/allocator"
@@ -189,4 +190,49 @@ func TestPostgres_Uniqueness(t *testing.T) {
 	store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM idmint_segments`).Scan(&segments)
 	t.Logf("%d ids from %d instances x %d goroutines, %d segments of 10, max_id %d: 0 duplicates",
 		n, instances, goroutines, segments, maxID(t, store, "order"))
+}
+
+// TestNewPostgres_SynchronousCommit: a pool whose sessions run with
+// synchronous_commit=off (a role, database or pool setting) must still
+// commit every grant synchronously. A trigger records the setting inside
+// the allocation's own transaction.
+func TestNewPostgres_SynchronousCommit(t *testing.T) {
+	ctx := context.Background()
+	_, url := openPostgres(t)
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := allocator.NewPostgres(pool)
+	defer store.Close()
+	if _, err := pool.Exec(ctx, `
+CREATE TABLE seen_synchronous_commit (setting text NOT NULL);
+CREATE FUNCTION record_synchronous_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO seen_synchronous_commit VALUES (current_setting('synchronous_commit'));
+    RETURN NEW;
+END $$;
+CREATE TRIGGER record_synchronous_commit AFTER INSERT ON idmint_segments
+    FOR EACH ROW EXECUTE FUNCTION record_synchronous_commit();`); err != nil {
+		t.Fatal(err)
+	}
+	createTag(t, store, allocator.TagSpec{Name: "order", Step: 10})
+	if _, err := store.Allocate(ctx, newRequest("order", 0)); err != nil {
+		t.Fatal(err)
+	}
+	var inside, session string
+	if err := pool.QueryRow(ctx, `SELECT setting FROM seen_synchronous_commit`).Scan(&inside); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `SHOW synchronous_commit`).Scan(&session); err != nil {
+		t.Fatal(err)
+	}
+	if inside != "on" || session != "off" {
+		t.Fatalf("synchronous_commit: %q in the allocation, %q in the session; want on, off", inside, session)
+	}
 }
