@@ -32,8 +32,12 @@ type Config struct {
 	// UnknownTTL is how long an unknown tag is remembered as unknown, so that
 	// requests for bogus tags cannot hammer the store (default 5s).
 	UnknownTTL time.Duration
-	Logger     *slog.Logger
-	Now        func() time.Time
+	// LogRetention is the age past which the store's segment-log rows are
+	// pruned (0: never). An unsettled request older than half of it is
+	// abandoned rather than resumed: its row may be gone.
+	LogRetention time.Duration
+	Logger       *slog.Logger
+	Now          func() time.Time
 	// Jitter returns a random duration in [0, d); default math/rand/v2.
 	Jitter func(d time.Duration) time.Duration
 }
@@ -89,7 +93,7 @@ type forgotten struct {
 type Allocator struct {
 	cfg Config
 
-	mu sync.RWMutex // protects buffers, unknown, pending, highest and closed
+	mu sync.RWMutex // protects buffers, unknown, pending, highest, gaps and closed
 	// buffers holds one buffer per tag being served; unknown the tags
 	// forgotten for a while (see forgotten).
 	buffers map[string]*segment.Buffer
@@ -97,11 +101,16 @@ type Allocator struct {
 	// closing tracks the buffers forget closes in the background; Close
 	// waits for them.
 	closing sync.WaitGroup
-	pending map[string]*pendingRequest
+	// pending holds each tag's unsettled requests, oldest first.
+	pending map[string][]*pendingRequest
 	// highest is the highest ID granted per tag: the Floor of the tag's
-	// next requests, so that a rolled-back store refuses without moving.
+	// next requests, so that a rolled-back store raises max_id back to it.
 	highest map[string]int64
-	closed  bool
+	// gaps counts per tag the IDs abandoned outside the tag's buffer: ranges
+	// of dropped buffers and ranges found only after the tag moved past
+	// them. Stats adds them to the buffer's Abandoned.
+	gaps   map[string]int64
+	closed bool
 }
 
 // New returns an Allocator over cfg.Store. It starts no goroutine until a
@@ -112,8 +121,9 @@ func New(cfg Config) *Allocator {
 		cfg:     cfg,
 		buffers: map[string]*segment.Buffer{},
 		unknown: map[string]forgotten{},
-		pending: map[string]*pendingRequest{},
+		pending: map[string][]*pendingRequest{},
 		highest: map[string]int64{},
+		gaps:    map[string]int64{},
 	}
 }
 
@@ -261,7 +271,9 @@ func (a *Allocator) forget(tag string, b *segment.Buffer, f forgotten) bool {
 		clear(a.unknown)
 	}
 	a.unknown[tag] = f
-	a.closing.Go(func() { b.Close() })
+	// A load still in flight may bring a range back to the closed buffer:
+	// nobody serves it.
+	a.closing.Go(func() { a.abandon(tag, b.Close()) })
 	return true
 }
 
@@ -275,7 +287,7 @@ func (a *Allocator) Stats() []segment.Stats {
 	a.mu.RUnlock()
 	out := make([]segment.Stats, 0, len(bufs))
 	for _, b := range bufs {
-		out = append(out, b.Stats())
+		out = append(out, a.stats(b))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Tag < out[j].Tag })
 	return out
@@ -289,7 +301,7 @@ func (a *Allocator) TagStats(ctx context.Context, tag string) (segment.Stats, er
 	if err != nil {
 		return segment.Stats{}, err
 	}
-	if st := b.Stats(); st.Loads > 0 || st.Refused > 0 {
+	if st := a.stats(b); st.Loads > 0 || st.Refused > 0 {
 		return st, nil
 	}
 	// Never loaded: one load tells whether the tag exists, and the range
@@ -297,7 +309,16 @@ func (a *Allocator) TagStats(ctx context.Context, tag string) (segment.Stats, er
 	if err := b.Ready(ctx); err != nil {
 		return segment.Stats{}, a.takeFailed(tag, b, err)
 	}
-	return b.Stats(), nil
+	return a.stats(b), nil
+}
+
+// stats returns b's stats with the IDs the allocator abandoned for its tag.
+func (a *Allocator) stats(b *segment.Buffer) segment.Stats {
+	st := b.Stats()
+	a.mu.RLock()
+	st.Abandoned += a.gaps[st.Tag]
+	a.mu.RUnlock()
+	return st
 }
 
 // Ping reports whether the store can be reached.

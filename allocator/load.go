@@ -12,48 +12,79 @@ import (
 )
 
 // pendingRequest is an allocation whose outcome is unknown: its reply was
-// lost and no retry settled it before the load gave up. The next load of the
+// lost and no retry settled it before the load gave up. A later load of the
 // tag resumes it with the same request ID instead of starting a new one, so
-// a range committed for it is found and served instead of leaking.
+// a range committed for it is found and served (or, when the tag was granted
+// more since, counted as a gap) instead of leaking.
 type pendingRequest struct {
-	req Request
+	req   Request
+	since time.Time // when the load that chose it started
 }
+
+// maxPending bounds the unsettled requests kept per tag; past it the oldest
+// is abandoned.
+const maxPending = 8
 
 // load fetches one segment for tag: the segment.Loader of every buffer.
 //
 // The request ID is chosen once, before the first attempt. Every retry
 // reuses it, so the store grants it at most once:
 //   - success: the range is ours;
-//   - ErrAlreadyGranted: an earlier attempt committed; look it up;
+//   - ErrAlreadyGranted: an earlier attempt committed; look it up, and only
+//     look it up from then on (after a pause when it cannot be seen yet);
 //   - ErrUnknownTag, ErrExhausted: final, nothing committed;
 //   - ErrAmbiguous (reply lost): look the request up first, then retry it;
 //   - any other error: nothing committed; retry.
 //
-// Retries pause with exponential backoff and full jitter until ctx ends.
+// A range found by lookup at or below what the tag was granted since is a
+// settled gap: counted and logged as abandoned, and the load goes on with
+// a new request. Retries pause with exponential backoff and full jitter
+// until ctx ends.
 func (a *Allocator) load(ctx context.Context, tag string, size int64) (segment.Grant, error) {
-	req, uncertain, err := a.request(tag, size)
+	start := a.cfg.Now()
+	p, uncertain, err := a.request(tag, size, start)
 	if err != nil {
 		return segment.Grant{}, err
 	}
+	req := p.req
 	log := a.cfg.Logger.With("biz_tag", tag, "request_id", req.ID)
-	start := a.cfg.Now()
-	var lastErr error
+	var (
+		lastErr error
+		granted bool // the store said ErrAlreadyGranted: only look it up
+		pause   bool
+	)
 	for attempt := 0; ; attempt++ {
-		// An already-granted answer is looked up at once: it is settled.
-		if attempt > 0 && !errors.Is(lastErr, ErrAlreadyGranted) {
-			pause := a.cfg.Jitter(min(a.cfg.RetryMin<<min(attempt, 16), a.cfg.RetryMax))
+		if pause {
+			wait := a.cfg.Jitter(min(a.cfg.RetryMin<<min(attempt, 16), a.cfg.RetryMax))
 			select {
-			case <-time.After(pause):
+			case <-time.After(wait):
 			case <-ctx.Done():
-				return segment.Grant{}, a.giveUp(req, uncertain, log, fmt.Errorf("%w (after %d attempts: %w)", ctx.Err(), attempt, lastErr))
+				return segment.Grant{}, a.giveUp(p, uncertain || granted, log, fmt.Errorf("%w (after %d attempts: %w)", ctx.Err(), attempt, lastErr))
 			}
 		}
-		if uncertain {
+		pause = true
+		if uncertain || granted {
 			seg, err := a.lookup(ctx, req.ID)
-			if err == nil {
+			switch {
+			case err == nil && a.settledGap(tag, seg):
+				log.Warn("ABANDONED ids: granted to a request whose reply was lost, and found only after the tag was granted more; never handed out (a gap)",
+					"first", seg.First, "last", seg.Last, "count", seg.Last-seg.First+1)
+				if p, uncertain, err = a.request(tag, size, a.cfg.Now()); err != nil {
+					return segment.Grant{}, err
+				}
+				req = p.req
+				log = a.cfg.Logger.With("biz_tag", tag, "request_id", req.ID)
+				granted, pause, lastErr = false, false, nil
+				continue
+			case err == nil:
 				return a.recovered(req, seg, log, a.cfg.Now().Sub(start)), nil
-			}
-			if !errors.Is(err, ErrNotFound) {
+			case errors.Is(err, ErrNotFound) && granted:
+				// Granted, but this connection cannot see it yet (a
+				// replica or a pooler behind): look again after a pause,
+				// never re-send.
+				lastErr = fmt.Errorf("request granted but not visible to its lookup yet: %w", err)
+				continue
+			case !errors.Is(err, ErrNotFound):
 				lastErr = err
 				continue
 			}
@@ -74,7 +105,8 @@ func (a *Allocator) load(ctx context.Context, tag string, size int64) (segment.G
 				"latency", a.cfg.Now().Sub(start), "attempts", attempt+1)
 			return grant, nil
 		case errors.Is(err, ErrAlreadyGranted):
-			uncertain = true
+			// Settled: look it up at once.
+			granted, pause = true, false
 		case errors.Is(err, ErrUnknownTag), errors.Is(err, ErrExhausted), errors.Is(err, ErrInvalidTag):
 			return segment.Grant{}, err
 		case errors.Is(err, ErrAmbiguous):
@@ -85,45 +117,88 @@ func (a *Allocator) load(ctx context.Context, tag string, size int64) (segment.G
 	}
 }
 
-// request returns the allocation to attempt for tag: the unsettled one left
-// by an earlier load, or a new one with a fresh UUIDv7. An unsettled one is
-// taken out of pending, so that no two loads ever hold it at once (a
+// request returns the allocation to attempt for tag: the oldest unsettled
+// one left by an earlier load, or a new one with a fresh UUIDv7. An unsettled
+// one is taken out of pending, so that no two loads ever hold it at once (a
 // forgotten buffer's load may still run beside a new buffer's); giveUp puts
-// it back.
-func (a *Allocator) request(tag string, size int64) (Request, bool, error) {
+// it back. One older than half the segment log's retention is abandoned
+// instead: its log row may be pruned, and a request re-sent without its row
+// would be granted a second range while the first stays an untraced gap. A
+// new request is dated now.
+func (a *Allocator) request(tag string, size int64, now time.Time) (pendingRequest, bool, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if p, ok := a.pending[tag]; ok {
-		delete(a.pending, tag)
-		return p.req, true, nil
+	for len(a.pending[tag]) > 0 {
+		p := a.pending[tag][0]
+		a.pending[tag] = a.pending[tag][1:]
+		if len(a.pending[tag]) == 0 {
+			delete(a.pending, tag)
+		}
+		if r := a.cfg.LogRetention; r > 0 && now.Sub(p.since) > r/2 {
+			a.abandonedRequestLocked(p.req, "unsettled for longer than half the segment log's retention; never sent again")
+			continue
+		}
+		return *p, true, nil
 	}
 	id, err := uuid.NewV7()
 	if err != nil {
-		return Request{}, false, fmt.Errorf("new request id: %w", err)
+		return pendingRequest{}, false, fmt.Errorf("new request id: %w", err)
 	}
-	return Request{ID: id, Tag: tag, Size: size, Instance: a.cfg.Instance, Floor: a.highest[tag]}, false, nil
+	req := Request{ID: id, Tag: tag, Size: size, Instance: a.cfg.Instance, Floor: a.highest[tag]}
+	return pendingRequest{req: req, since: now}, false, nil
+}
+
+// abandonedRequestLocked logs an unsettled request given up for good. Its
+// range, if it committed, is unknown here: the segment log has it.
+func (a *Allocator) abandonedRequestLocked(req Request, why string) {
+	a.cfg.Logger.Warn("ABANDONED request: "+why+"; if it committed, its range is a gap (the segment log has it)",
+		"biz_tag", req.Tag, "request_id", req.ID)
 }
 
 // giveUp ends a load that ran out of time. An allocation that may have
-// committed is kept, to be resumed by the tag's next load.
-func (a *Allocator) giveUp(req Request, uncertain bool, log interface{ Warn(string, ...any) }, err error) error {
+// committed is kept, to be resumed by one of the tag's next loads.
+func (a *Allocator) giveUp(p pendingRequest, uncertain bool, log interface{ Warn(string, ...any) }, err error) error {
 	if !uncertain {
 		return err
 	}
+	tag := p.req.Tag
 	a.mu.Lock()
-	_, taken := a.pending[req.Tag]
-	if !taken {
-		a.pending[req.Tag] = &pendingRequest{req: req}
+	if q := a.pending[tag]; len(q) >= maxPending {
+		a.abandonedRequestLocked(q[0].req, "too many unsettled requests for the tag")
+		a.pending[tag] = q[1:]
 	}
+	a.pending[tag] = append(a.pending[tag], &p)
 	a.mu.Unlock()
-	if taken {
-		// Another load left its own unsettled request: keep that one. If
-		// this one committed, its range is a gap, never served.
-		log.Warn("segment allocation unsettled and not resumable; if it committed, its range is a gap", "err", err)
-		return err
-	}
-	log.Warn("segment allocation unsettled; the next load resumes it", "err", err)
+	log.Warn("segment allocation unsettled; a next load resumes it", "err", err)
 	return err
+}
+
+// settledGap reports whether seg, found by lookup, ends at or below the
+// highest ID the tag was granted: then the tag moved past it, no buffer
+// can serve it, and it is counted as abandoned. (A range that overlaps the
+// highest is no gap: the buffer refuses it as a rollback.)
+func (a *Allocator) settledGap(tag string, seg Segment) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if seg.Last > a.highest[tag] {
+		return false
+	}
+	a.gaps[tag] += seg.Last - seg.First + 1
+	return true
+}
+
+// abandon logs and counts unused ranges of a buffer that nobody serves any
+// more.
+func (a *Allocator) abandon(tag string, unused []segment.Range) {
+	var n int64
+	for _, r := range unused {
+		n += r.Len()
+		a.cfg.Logger.Warn("ABANDONED ids: granted but never handed out (a gap)",
+			"biz_tag", tag, "first", r.First, "last", r.Last, "count", r.Len())
+	}
+	a.mu.Lock()
+	a.gaps[tag] += n
+	a.mu.Unlock()
 }
 
 // granted raises the floor of the tag's next requests past seg. A segment
