@@ -264,3 +264,19 @@ func TestParseFlags(t *testing.T) {
 		}
 	})
 }
+
+// TestServe_PruneAfterMinimum: a segment log pruned after seconds would lose
+// the rows lost replies are looked up by; serve refuses such an age before
+// it opens anything.
+func TestServe_PruneAfterMinimum(t *testing.T) {
+	for _, age := range []string{"1ns", "59m", "-1h"} {
+		var stderr bytes.Buffer
+		// Bounded: an accepted age would serve until the context ends.
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+		err := run(ctx, []string{"serve", "--prune-after", age, "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0"}, io.Discard, &stderr)
+		if err == nil || !strings.Contains(err.Error(), "--prune-after") {
+			t.Fatalf("--prune-after %s: err = %v, want a refusal", age, err)
+		}
+		cancel()
+	}
+}

@@ -50,11 +50,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&c.waitTimeout, "wait-timeout", 2*time.Second, "longest a request waits for a segment when both buffers are empty")
 	fs.DurationVar(&c.loadTimeout, "load-timeout", 10*time.Second, "longest one segment load may retry")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "longest graceful shutdown waits for in-flight requests")
-	fs.DurationVar(&c.pruneAfter, "prune-after", 7*24*time.Hour, "delete segment-log rows older than this (0 keeps them)")
+	fs.DurationVar(&c.pruneAfter, "prune-after", 7*24*time.Hour, fmt.Sprintf("delete segment-log rows older than this (0 keeps them; at least %v)", minPruneAfter))
 	fs.BoolVar(&c.accessLog, "access-log", true, "log one line per HTTP request")
 	c.log.register(fs)
 	if _, err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if c.pruneAfter != 0 && c.pruneAfter < minPruneAfter {
+		return fmt.Errorf("--prune-after %v: want 0 (keep every row) or at least %v: a lost reply is settled by looking its request up in the segment log", c.pruneAfter, minPruneAfter)
 	}
 	logger, err := c.log.logger(stderr)
 	if err != nil {
@@ -76,9 +79,10 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) error {
 	// Metrics come first: the allocator reports each segment load to them.
 	metrics := httpapi.NewMetrics()
 	alloc := allocator.New(allocator.Config{
-		Store:    store.store,
-		Instance: c.instance,
-		Logger:   logger,
+		Store:        store.store,
+		Instance:     c.instance,
+		Logger:       logger,
+		LogRetention: c.pruneAfter,
 		Segment: segment.Config{
 			Period:      c.period,
 			Threshold:   c.threshold,
@@ -136,6 +140,12 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) error {
 	logger.Info("idmint stopped")
 	return err
 }
+
+// minPruneAfter is the shortest --prune-after: a lost reply is settled by
+// looking its request up in the segment log, and unsettled requests are kept
+// (and resumed) for up to half the retention, so rows must outlive them by
+// far.
+const minPruneAfter = time.Hour
 
 // prune deletes old segment-log rows every hour.
 func prune(ctx context.Context, store pruner, age time.Duration, logger *slog.Logger) {
