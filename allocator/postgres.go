@@ -129,17 +129,34 @@ func (p *Postgres) whyNoRow(ctx context.Context, tag string, floor int64) error 
 	return fmt.Errorf("%w: %q at max_id %d (floor %d)", ErrExhausted, tag, maxID, floor)
 }
 
+// giveBackSQL lowers max_id to first-1 ($2 - 1) only if it is still last
+// ($3), and in the same statement marks the log rows of the IDs given back
+// (returned_from), so that the log alone explains every ID: the rows whose
+// kept part reaches into [first, last] keep only what lies below first.
+const giveBackSQL = `
+WITH back AS (
+    UPDATE idmint_tags SET max_id = $2 - 1, updated_at = now()
+    WHERE biz_tag = $1 AND max_id = $3
+    RETURNING biz_tag
+), marked AS (
+    UPDATE idmint_segments s SET returned_from = GREATEST(s.first_id, $2)
+    FROM back
+    WHERE s.biz_tag = back.biz_tag AND s.first_id <= $3
+      AND COALESCE(s.returned_from - 1, s.last_id) >= $2
+    RETURNING s.request_id
+)
+SELECT count(*) FROM back`
+
 // GiveBack implements Returner with one compare-and-set statement.
 func (p *Postgres) GiveBack(ctx context.Context, tag string, first, last int64) (bool, error) {
 	if first < 1 || first > last {
 		return false, fmt.Errorf("give back %q: invalid range [%d, %d]", tag, first, last)
 	}
-	res, err := p.pool.Exec(ctx, `UPDATE idmint_tags SET max_id = $2, updated_at = now() WHERE biz_tag = $1 AND max_id = $3`,
-		tag, first-1, last)
-	if err != nil {
+	var n int64
+	if err := p.pool.QueryRow(ctx, giveBackSQL, tag, first, last).Scan(&n); err != nil {
 		return false, fmt.Errorf("give back %q [%d, %d]: %w", tag, first, last, err)
 	}
-	return res.RowsAffected() == 1, nil
+	return n == 1, nil
 }
 
 // Lookup implements Store.

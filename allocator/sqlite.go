@@ -123,7 +123,8 @@ func (s *SQLite) Allocate(ctx context.Context, req Request) (Segment, error) {
 	return seg, nil
 }
 
-// GiveBack implements Returner with one compare-and-set statement.
+// GiveBack implements Returner with one compare-and-set statement, and
+// records the give-back in the segment log in the same transaction.
 func (s *SQLite) GiveBack(ctx context.Context, tag string, first, last int64) (bool, error) {
 	if first < 1 || first > last {
 		return false, fmt.Errorf("give back %q: invalid range [%d, %d]", tag, first, last)
@@ -135,7 +136,13 @@ func (s *SQLite) GiveBack(ctx context.Context, tag string, first, last int64) (b
 		if err != nil {
 			return err
 		}
-		n, err = res.RowsAffected()
+		if n, err = res.RowsAffected(); err != nil || n != 1 {
+			return err
+		}
+		// As in Postgres: the log rows of the IDs given back keep only
+		// what lies below first.
+		_, err = tx.ExecContext(ctx, `UPDATE idmint_segments SET returned_from = MAX(first_id, ?)
+WHERE biz_tag = ? AND first_id <= ? AND COALESCE(returned_from - 1, last_id) >= ?`, first, tag, last, first)
 		return err
 	})
 	if err != nil {

@@ -79,6 +79,8 @@ type Returner interface {
 	// still last: nobody was granted anything after [first, last], so
 	// nobody can have handed out an ID in it but its owner, who is closing.
 	// It reports whether it did; false is no error, the range stays a gap.
+	// A store with a segment log records the give-back there in the same
+	// atomic step, so that the log alone explains every ID.
 	GiveBack(ctx context.Context, tag string, first, last int64) (bool, error)
 }
 
