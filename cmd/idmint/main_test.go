@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -101,7 +102,15 @@ func TestEndToEnd(t *testing.T) {
 	url := pgtest.Shared(t).NewDatabase(t)
 	t.Setenv("IDMINT_DATABASE_URL", url)
 
-	if out := idmint(t, "migrate", "--log-format", "json"); !strings.Contains(out, "schema version 1") {
+	files, err := migrations.Files(migrations.PostgreSQL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqlFiles, err := fs.Glob(files, "*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := idmint(t, "migrate", "--log-format", "json"); !strings.Contains(out, fmt.Sprintf("schema version %d", len(sqlFiles))) {
 		t.Fatalf("migrate: %s", out)
 	}
 	idmint(t, "tag", "create", "order", "--step", "50", "--description", "orders")
