@@ -6,7 +6,10 @@
 // before the first attempt and reused by every retry, so a request can never
 // be granted twice. When the reply to an allocation is lost the allocator
 // looks the request ID up and uses the range that was committed; when it
-// cannot tell, it treats the range as used (a gap, never a duplicate).
+// cannot tell, it treats the range as used (a gap, never a duplicate), and
+// every range that is never served is logged and counted as abandoned. Each
+// request carries the highest ID the instance was granted for the tag: a
+// store whose max_id went back below it raises max_id there first.
 //
 //	store, err := allocator.OpenPostgres(ctx, databaseURL, "instance-1")
 //	a := allocator.New(allocator.Config{Store: store})

@@ -9,7 +9,9 @@
 //
 // A Buffer never serves a range that starts at or below the highest ID it was
 // ever granted (anti-rollback): such a range, from a restored backup or a
-// lagging replica, is refused and counted, and the buffer keeps asking.
+// lagging replica, is refused and counted, and the buffer keeps asking. A
+// Loader that repaired a rollback (raised the high-water mark back to the
+// floor) says so in its Grant, and the buffer counts it.
 //
 //	b := segment.New(segment.Config{Tag: "order", Loader: loader})
 //	defer b.Close()
