@@ -609,10 +609,15 @@ func (b *Buffer) Close() []Range {
 }
 
 // GaveBack records that the owner returned r, unused ranges from Close, to
-// the store: those IDs are no gap after all.
+// the store: those IDs are no gap after all. It counts at most the IDs Close
+// left abandoned, and nothing for a range that is not one of IDs.
 func (b *Buffer) GaveBack(r Range) {
+	if r.First < 1 || r.Last < r.First {
+		return
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.abandoned -= r.Len()
-	b.givenBack += r.Len()
+	n := min(r.Len(), b.abandoned)
+	b.abandoned -= n
+	b.givenBack += n
 }

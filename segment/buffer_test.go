@@ -439,3 +439,28 @@ func TestBuffer_TakeNHugeCount(t *testing.T) {
 		})
 	}
 }
+
+// TestBuffer_GaveBackBounds: GaveBack counts at most what Close left
+// abandoned, and ignores ranges that are not ranges.
+func TestBuffer_GaveBackBounds(t *testing.T) {
+	for _, r := range []segment.Range{
+		{First: 1, Last: math.MaxInt64},             // more than was abandoned; its length overflows
+		{First: math.MinInt64, Last: math.MaxInt64}, // not a range of IDs
+		{First: 20, Last: 10},                       // empty
+	} {
+		b := segment.New(segment.Config{Tag: "t", Loader: &counterLoader{minStep: 10}, Logger: quiet()})
+		if _, err := b.Take(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		unused := b.Close()
+		var left int64
+		for _, u := range unused {
+			left += u.Len()
+		}
+		b.GaveBack(r)
+		st := b.Stats()
+		if st.Abandoned < 0 || st.GivenBack < 0 || st.Abandoned+st.GivenBack != left {
+			t.Fatalf("GaveBack(%v): abandoned %d, given back %d; want them to add up to the %d unused", r, st.Abandoned, st.GivenBack, left)
+		}
+	}
+}
