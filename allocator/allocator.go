@@ -140,11 +140,14 @@ func (a *Allocator) Next(ctx context.Context, tag string) (int64, error) {
 	return id, nil
 }
 
-// NextN returns n IDs for tag, increasing. On error it returns no ID: the
-// IDs already taken are a gap.
+// MaxN is the largest count NextN hands out in one call.
+const MaxN = 1_000_000
+
+// NextN returns n IDs for tag, increasing, 1 <= n <= MaxN. On error it
+// returns no ID: the IDs already taken are a gap.
 func (a *Allocator) NextN(ctx context.Context, tag string, n int) ([]int64, error) {
-	if n < 1 {
-		return nil, fmt.Errorf("count %d: must be at least 1", n)
+	if n < 1 || n > MaxN {
+		return nil, fmt.Errorf("count %d: must be 1 to %d", n, MaxN)
 	}
 	b, err := a.buffer(tag)
 	if err != nil {

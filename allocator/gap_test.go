@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -242,5 +243,23 @@ func waitFor(tb testing.TB, what string, cond func() bool) {
 			tb.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestAllocator_NextNBounds: a count no caller can mean is refused before
+// anything is taken (it used to panic allocating the result).
+func TestAllocator_NextNBounds(t *testing.T) {
+	m := memStore(t, "order")
+	a := newAllocator(t, m, nil)
+	for _, n := range []int{allocator.MaxN + 1, math.MaxInt, 1 << 62} {
+		if ids, err := a.NextN(context.Background(), "order", n); err == nil || len(ids) != 0 {
+			t.Fatalf("NextN(%d) = %d ids, %v; want an error", n, len(ids), err)
+		}
+	}
+	if got := maxIDOf(t, m, "order"); got != 0 {
+		t.Fatalf("max_id %d: a refused NextN allocated", got)
+	}
+	if ids, err := a.NextN(context.Background(), "order", 25); err != nil || len(ids) != 25 || ids[24] != 25 {
+		t.Fatalf("NextN(25) = %v, %v", ids, err)
 	}
 }

@@ -274,17 +274,21 @@ func TestParseFlags(t *testing.T) {
 	})
 }
 
-// TestServe_PruneAfterMinimum: a segment log pruned after seconds would lose
-// the rows lost replies are looked up by; serve refuses such an age before
-// it opens anything.
-func TestServe_PruneAfterMinimum(t *testing.T) {
-	for _, age := range []string{"1ns", "59m", "-1h"} {
+// TestServe_FlagBounds: a segment log pruned after seconds would lose the
+// rows lost replies are looked up by, and a count above allocator.MaxN is
+// refused by the allocator; serve refuses such flags before it opens
+// anything.
+func TestServe_FlagBounds(t *testing.T) {
+	for _, bad := range [][]string{
+		{"--prune-after", "1ns"}, {"--prune-after", "59m"}, {"--prune-after", "-1h"},
+		{"--max-count", "0"}, {"--max-count", "1000001"},
+	} {
 		var stderr bytes.Buffer
-		// Bounded: an accepted age would serve until the context ends.
+		// Bounded: an accepted value would serve until the context ends.
 		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
-		err := run(ctx, []string{"serve", "--prune-after", age, "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0"}, io.Discard, &stderr)
-		if err == nil || !strings.Contains(err.Error(), "--prune-after") {
-			t.Fatalf("--prune-after %s: err = %v, want a refusal", age, err)
+		err := run(ctx, append([]string{"serve", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0"}, bad...), io.Discard, &stderr)
+		if err == nil || !strings.Contains(err.Error(), bad[0]) {
+			t.Fatalf("%v: err = %v, want a refusal", bad, err)
 		}
 		cancel()
 	}

@@ -56,6 +56,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if _, err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if c.maxCount < 1 || c.maxCount > allocator.MaxN {
+		return fmt.Errorf("--max-count %d: want 1 to %d", c.maxCount, allocator.MaxN)
+	}
 	if c.pruneAfter != 0 && c.pruneAfter < minPruneAfter {
 		return fmt.Errorf("--prune-after %v: want 0 (keep every row) or at least %v: a lost reply is settled by looking its request up in the segment log", c.pruneAfter, minPruneAfter)
 	}
