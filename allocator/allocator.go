@@ -359,7 +359,31 @@ func (a *Allocator) Close(ctx context.Context) error {
 	}
 	wg.Wait()
 	a.closing.Wait()
+	a.settlePending(ctx)
 	return errors.Join(append(errs, ctx.Err())...)
+}
+
+// settlePending looks up, once, every request still unsettled at Close: a
+// range committed for it is never served, and is logged and counted as
+// abandoned; one not found (or not reachable) is logged as an abandoned
+// request, whose range the segment log has if it committed after all.
+func (a *Allocator) settlePending(ctx context.Context) {
+	a.mu.Lock()
+	pending := a.pending
+	a.pending = map[string][]*pendingRequest{}
+	a.mu.Unlock()
+	for tag, reqs := range pending {
+		for _, p := range reqs {
+			seg, err := a.lookup(ctx, p.req.ID)
+			if err != nil {
+				a.mu.Lock()
+				a.abandonedRequestLocked(p.req, fmt.Sprintf("unsettled at shutdown (%v)", err))
+				a.mu.Unlock()
+				continue
+			}
+			a.abandon(tag, []segment.Range{{First: seg.First, Last: seg.Last}})
+		}
+	}
 }
 
 // closeBuffer closes one tag's buffer and gives back what it can of the

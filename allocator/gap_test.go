@@ -263,3 +263,27 @@ func TestAllocator_NextNBounds(t *testing.T) {
 		t.Fatalf("NextN(25) = %v, %v", ids, err)
 	}
 }
+
+// TestAllocator_CloseSettlesPending: a request still unsettled at Close is
+// looked up once; its committed range is logged and counted as abandoned.
+func TestAllocator_CloseSettlesPending(t *testing.T) {
+	m := memStore(t, "order")
+	store := &lossyStore{MemStore: m, loseAfterCommit: 1}
+	store.down.Store(true)
+	var logs logLines
+	a := newAllocator(t, store, func(c *allocator.Config) {
+		c.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+		c.Segment.LoadTimeout = 30 * time.Millisecond
+	})
+	if _, err := a.NextN(context.Background(), "order", 1); !errors.Is(err, allocator.ErrUnavailable) {
+		t.Fatalf("err = %v, want ErrUnavailable", err)
+	}
+	store.down.Store(false)
+	if err := a.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	lines := logs.with(t, "ABANDONED ids")
+	if len(lines) != 1 || lines[0]["first"] != 1.0 || lines[0]["last"] != 10.0 {
+		t.Fatalf("ABANDONED lines: %v\n%s", lines, logs.String())
+	}
+}
