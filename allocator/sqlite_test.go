@@ -209,3 +209,49 @@ func TestSQLite_AuditGiveBacks(t *testing.T) {
 		return n
 	})
 }
+
+// TestSQLite_RollbackRepaired: the file goes back in time under a running
+// instance (max_id halved, as a restored copy would be). Its next fetch
+// raises max_id to the highest ID it was granted and it serves on; an
+// instance started after, with its own handle, repeats no ID.
+func TestSQLite_RollbackRepaired(t *testing.T) {
+	ctx := context.Background()
+	path := tempDB(t)
+	store := openSQLite(t, path)
+	if _, err := store.CreateTag(ctx, allocator.TagSpec{Name: "order", Step: 10, MaxStep: 10}); err != nil {
+		t.Fatal(err)
+	}
+	running := newAllocator(t, store, nil)
+	ids, err := running.NextN(ctx, "order", 95)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.DB().Exec(`UPDATE idmint_tags SET max_id = max_id / 2 WHERE biz_tag = 'order'`); err != nil {
+		t.Fatal(err)
+	}
+	more, err := running.NextN(ctx, "order", 50)
+	if err != nil {
+		t.Fatalf("after the rollback: %v", err)
+	}
+	ids = append(ids, more...)
+	if st := running.Stats()[0]; st.Repaired != 1 || st.Refused != 0 {
+		t.Fatalf("repaired %d, refused %d; want 1 and 0", st.Repaired, st.Refused)
+	}
+	late := newAllocator(t, openSQLite(t, path), nil)
+	for range 100 {
+		for _, a := range []*allocator.Allocator{running, late} {
+			id, err := a.Next(ctx, "order")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+		}
+	}
+	seen := map[int64]bool{}
+	for _, id := range ids {
+		if seen[id] {
+			t.Fatalf("id %d handed out twice", id)
+		}
+		seen[id] = true
+	}
+}
