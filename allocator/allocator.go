@@ -399,8 +399,7 @@ func (a *Allocator) closeBuffer(ctx context.Context, tag string, b *segment.Buff
 		}
 	}
 	for _, r := range unused {
-		a.cfg.Logger.Warn("ABANDONED ids: granted but never handed out (a gap)",
-			"biz_tag", tag, "first", r.First, "last", r.Last, "count", r.Len())
+		a.logAbandoned(tag, r)
 	}
 	return err
 }

@@ -193,12 +193,17 @@ func (a *Allocator) abandon(tag string, unused []segment.Range) {
 	var n int64
 	for _, r := range unused {
 		n += r.Len()
-		a.cfg.Logger.Warn("ABANDONED ids: granted but never handed out (a gap)",
-			"biz_tag", tag, "first", r.First, "last", r.Last, "count", r.Len())
+		a.logAbandoned(tag, r)
 	}
 	a.mu.Lock()
 	a.gaps[tag] += n
 	a.mu.Unlock()
+}
+
+// logAbandoned logs granted IDs that will never be handed out.
+func (a *Allocator) logAbandoned(tag string, r segment.Range) {
+	a.cfg.Logger.Warn("ABANDONED ids: granted but never handed out (a gap)",
+		"biz_tag", tag, "first", r.First, "last", r.Last, "count", r.Len())
 }
 
 // granted raises the floor of the tag's next requests past seg. A segment
