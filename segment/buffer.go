@@ -502,9 +502,9 @@ func (b *Buffer) failedLocked(err error) {
 	b.wantNext.Store(!b.closed)
 	switch {
 	case errors.Is(err, ErrRolledBack):
-		// Refused here (checkLocked) or by the store (the Loader's error,
-		// when its max_id is below the instance's floor): either way an
-		// alarm, never a range served.
+		// Refused here (checkLocked), or by a Loader that returns
+		// ErrRolledBack (a store that refuses instead of repairing):
+		// either way an alarm, never a range served.
 		b.counters.refused++
 		b.cfg.Logger.Error("REFUSED segment: it starts at or below an id already granted to this instance; the database went back in time (restored backup or lagging replica?); bump the tag past the old high-water mark",
 			"biz_tag", b.cfg.Tag, "highest_granted", b.highest, "err", err, "retry_in", b.backoff)
