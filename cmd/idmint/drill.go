@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,42 +67,185 @@ func runDrill(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	ctx, cancel := context.WithTimeout(ctx, *duration)
 	defer cancel()
-	client := &http.Client{Timeout: *timeout}
-	c := checker.New()
+	d := newDrillRun(&http.Client{Timeout: *timeout}, *count)
 	fmt.Fprintf(stdout, "drill: %d clients against %d targets, biz_tag %s, for %v\n", *concurrency, len(targets), tags.String(), *duration)
-	var wg sync.WaitGroup
 	for w := range *concurrency {
 		target := strings.TrimRight(targets[w%len(targets)], "/")
 		tag := tags[(w/len(targets))%len(tags)]
-		name := fmt.Sprintf("client-%d@%s", w, target)
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				c.Attempt()
-				ids, err := fetchIDs(ctx, client, target, tag, *count)
-				if err != nil {
-					if ctx.Err() != nil {
-						c.Fail(fmt.Errorf("cut by the end of the drill"))
-						return
-					}
-					c.Fail(err)
-					// A failing target: back off a little, do not spin.
-					select {
-					case <-ctx.Done():
-					case <-time.After(50 * time.Millisecond):
-					}
-					continue
-				}
-				c.Ack(name, tag, ids...)
-			}
-		})
+		d.client(ctx, fmt.Sprintf("client-%d@%s", w, target), target, tag)
 	}
-	wg.Wait()
-	r := c.Report()
+	<-ctx.Done()
+	d.wait()
+	r := d.checker.Report()
 	fmt.Fprint(stdout, r)
+	d.printTargets(stdout)
 	if !r.Valid() || r.IDs() == 0 {
 		return errDrillFailed
 	}
 	return nil
+}
+
+// drillRun drives clients against idmint instances and records every
+// acknowledged ID (in a checker, which finds duplicates and per-client order
+// violations) and what each instance answered when.
+type drillRun struct {
+	checker *checker.Checker
+	http    *http.Client
+	count   int
+	begin   time.Time
+	end     time.Time // when wait was called: the clients' context ended
+	wg      sync.WaitGroup
+
+	mu      sync.Mutex // protects targets and all
+	targets map[string]*targetLog
+	all     targetLog // every target together: when the service answered
+}
+
+// targetLog is what one target answered.
+type targetLog struct {
+	ok      int64            // acknowledged requests
+	failed  map[string]int64 // failed requests by error: "status 503 unavailable", …
+	ids     []int64          // every acknowledged ID, in the order the replies came
+	first   time.Time        // when its first client started
+	lastOK  time.Time        // the last acknowledged reply; zero before
+	longest outage           // the longest time between two IDs
+}
+
+// outage is a stretch of time in which a target acknowledged no request.
+// Open is set when the drill ended inside it.
+type outage struct {
+	From, To time.Time
+	Open     bool
+}
+
+func (o outage) duration() time.Duration { return o.To.Sub(o.From) }
+
+// newDrillRun returns a drill asking for count IDs per request.
+func newDrillRun(client *http.Client, count int) *drillRun {
+	return &drillRun{
+		checker: checker.New(),
+		http:    client,
+		count:   count,
+		begin:   time.Now(),
+		targets: map[string]*targetLog{},
+	}
+}
+
+// client starts one client named name that asks target for IDs of tag
+// until ctx ends. A client talks to one target, so its IDs must increase.
+func (d *drillRun) client(ctx context.Context, name, target, tag string) {
+	d.mu.Lock()
+	now := time.Now()
+	tl := d.targets[target]
+	if tl == nil {
+		tl = &targetLog{failed: map[string]int64{}, first: now}
+		d.targets[target] = tl
+	}
+	if d.all.first.IsZero() {
+		d.all.first = now
+	}
+	d.mu.Unlock()
+	d.wg.Go(func() {
+		for ctx.Err() == nil {
+			d.checker.Attempt()
+			ids, err := fetchIDs(ctx, d.http, target, tag, d.count)
+			if err != nil {
+				if ctx.Err() != nil {
+					d.checker.Fail(fmt.Errorf("cut by the end of the drill"))
+					return
+				}
+				d.checker.Fail(err)
+				d.mu.Lock()
+				tl.failed[err.Error()]++
+				d.mu.Unlock()
+				// A failing target: back off a little, do not spin.
+				select {
+				case <-ctx.Done():
+				case <-time.After(50 * time.Millisecond):
+				}
+				continue
+			}
+			d.checker.Ack(name, tag, ids...)
+			now := time.Now()
+			d.mu.Lock()
+			tl.ack(now, ids)
+			d.all.ack(now, nil)
+			d.mu.Unlock()
+		}
+	})
+}
+
+// ack records a reply at t with ids.
+func (tl *targetLog) ack(t time.Time, ids []int64) {
+	tl.ok++
+	tl.ids = append(tl.ids, ids...)
+	since := tl.lastOK
+	if since.IsZero() {
+		since = tl.first
+	}
+	if gap := (outage{From: since, To: t}); gap.duration() > tl.longest.duration() {
+		tl.longest = gap
+	}
+	tl.lastOK = t
+}
+
+// outageAt returns the longest outage of tl, counting one still going on
+// at end (when the drill stopped).
+func (tl *targetLog) outageAt(end time.Time) outage {
+	since := tl.lastOK
+	if since.IsZero() {
+		since = tl.first
+	}
+	if open := (outage{From: since, To: end, Open: true}); open.duration() > tl.longest.duration() {
+		return open
+	}
+	return tl.longest
+}
+
+// wait waits for every client to stop; call it once their context ended.
+func (d *drillRun) wait() {
+	d.mu.Lock()
+	d.end = time.Now()
+	d.mu.Unlock()
+	d.wg.Wait()
+}
+
+// printTargets writes one line per target: acknowledged and failed
+// requests, and the longest time it handed out no ID.
+func (d *drillRun) printTargets(w io.Writer) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	end := d.end
+	names := make([]string, 0, len(d.targets))
+	for t := range d.targets {
+		names = append(names, t)
+	}
+	sort.Strings(names)
+	for _, t := range names {
+		tl := d.targets[t]
+		kinds := make([]string, 0, len(tl.failed))
+		for k := range tl.failed {
+			kinds = append(kinds, k)
+		}
+		sort.Slice(kinds, func(i, j int) bool { return tl.failed[kinds[i]] > tl.failed[kinds[j]] })
+		var failed strings.Builder
+		for _, k := range kinds {
+			fmt.Fprintf(&failed, ", %d× %s", tl.failed[k], k)
+		}
+		fmt.Fprintf(w, "target %s: %d requests acknowledged%s; longest without an ID %s\n",
+			t, tl.ok, failed.String(), d.describe(tl.outageAt(end)))
+	}
+	fmt.Fprintf(w, "all targets: longest without an ID from any %s\n", d.describe(d.all.outageAt(end)))
+}
+
+// describe formats an outage with times since the drill began.
+func (d *drillRun) describe(o outage) string {
+	s := fmt.Sprintf("%v (from +%v to +%v", o.duration().Round(time.Millisecond),
+		o.From.Sub(d.begin).Round(time.Millisecond), o.To.Sub(d.begin).Round(time.Millisecond))
+	if o.Open {
+		s += ", still going at the end"
+	}
+	return s + ")"
 }
 
 // fetchIDs asks target for n IDs of tag.

@@ -22,6 +22,7 @@ import (
 // process is one idmint binary serving on a loopback port.
 type process struct {
 	bin, url, addr, instance, logPath string
+	args                              []string // more serve flags, after the others: they win
 	cmd                               *exec.Cmd
 	gen                               atomic.Int64 // restarts so far; clients read it
 }
@@ -35,6 +36,7 @@ func (p *process) start(tb testing.TB) {
 	defer logs.Close()
 	p.cmd = exec.Command(p.bin, "serve", "--database-url", p.url, "--listen", p.addr, "--instance", p.instance,
 		"--log-format", "json", "--access-log=false", "--wait-timeout", "5s")
+	p.cmd.Args = append(p.cmd.Args, p.args...)
 	p.cmd.Stdout, p.cmd.Stderr = logs, logs
 	if err := p.cmd.Start(); err != nil {
 		tb.Fatal(err)

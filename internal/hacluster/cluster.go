@@ -1,6 +1,7 @@
 package hacluster
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -334,24 +335,27 @@ func (c *Cluster) WaitLeader(ctx context.Context, except string) (string, error)
 // returns the leader.
 func (c *Cluster) WaitReplicating(ctx context.Context) (string, error) {
 	var leader string
-	live := 0
-	for _, n := range c.nodes {
-		if !n.crashed {
-			live++
-		}
-	}
 	err := waitFor(ctx, 120*time.Second, "every replica to stream from the leader", func() error {
 		l, err := c.WaitLeader(ctx, "")
 		if err != nil {
 			return err
 		}
+		// Patroni names each replica's connection after its node; a
+		// pg_basebackup still running streams too, under its own name.
+		var replicas []string
+		for _, n := range c.nodes {
+			if !n.crashed && n.name != l {
+				replicas = append(replicas, n.name)
+			}
+		}
 		var streaming int
 		if err := c.query(ctx, l, `SELECT count(*) FROM pg_stat_replication
-			WHERE state = 'streaming' AND (NOT $1 OR sync_state = 'sync')`, &streaming, c.cfg.Synchronous); err != nil {
+			WHERE state = 'streaming' AND application_name = ANY($1) AND (NOT $2 OR sync_state = 'sync')`,
+			&streaming, replicas, c.cfg.Synchronous); err != nil {
 			return err
 		}
-		if streaming != live-1 {
-			return fmt.Errorf("%d of %d replicas stream from %s", streaming, live-1, l)
+		if streaming != len(replicas) {
+			return fmt.Errorf("%d of %d replicas stream from %s", streaming, len(replicas), l)
 		}
 		leader = l
 		return nil
@@ -381,6 +385,34 @@ func (c *Cluster) Crash(name string) error {
 	}
 	n.crashed = true
 	return errors.Join(n.patroni.kill(), killPostmaster(n.data))
+}
+
+// StallReplication freezes (SIGSTOP) the WAL senders of node name: its
+// replicas stop receiving WAL, as behind a slow network or a busy standby,
+// while the node goes on committing (in asynchronous mode) or waits for its
+// synchronous standby (in synchronous mode). It returns how many it froze.
+// Crash kills them all the same.
+func (c *Cluster) StallReplication(name string) (int, error) {
+	n := c.node(name)
+	if n == nil {
+		return 0, fmt.Errorf("hacluster: no node %q", name)
+	}
+	pid, err := postmasterPID(n.data)
+	if err != nil {
+		return 0, err
+	}
+	stopped := 0
+	for _, child := range childrenOf(pid) {
+		title, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", child))
+		if !bytes.Contains(title, []byte("walsender")) {
+			continue
+		}
+		if err := syscall.Kill(child, syscall.SIGSTOP); err != nil {
+			return stopped, fmt.Errorf("hacluster: stop WAL sender %d: %w", child, err)
+		}
+		stopped++
+	}
+	return stopped, nil
 }
 
 // Close kills every process of the cluster and removes its directory.

@@ -82,18 +82,9 @@ func (p *proc) kill() error {
 // Patroni starts the server in a session of its own, so killing Patroni's
 // process group leaves it running.
 func killPostmaster(data string) error {
-	raw, err := os.ReadFile(filepath.Join(data, "postmaster.pid"))
+	pid, err := postmasterPID(data)
 	if err != nil {
-		return nil // never started, or shut down
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(raw), "\n", 2)[0]))
-	if err != nil || pid <= 0 {
-		return nil
-	}
-	// A stale pid file may name someone else's process now.
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil || !bytes.Contains(cmdline, []byte(data)) {
-		return nil
+		return nil // never started, shut down, or long gone
 	}
 	children := childrenOf(pid)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
@@ -110,6 +101,24 @@ func killPostmaster(data string) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return nil
+}
+
+// postmasterPID returns the PID of the running postmaster of data.
+func postmasterPID(data string) (int, error) {
+	raw, err := os.ReadFile(filepath.Join(data, "postmaster.pid"))
+	if err != nil {
+		return 0, fmt.Errorf("hacluster: no server runs on %s: %w", data, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(raw), "\n", 2)[0]))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("hacluster: %s/postmaster.pid names no process", data)
+	}
+	// A stale pid file may name someone else's process now.
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || !bytes.Contains(cmdline, []byte(data)) {
+		return 0, fmt.Errorf("hacluster: the postmaster of %s is gone", data)
+	}
+	return pid, nil
 }
 
 // childrenOf lists the processes whose parent is pid.
