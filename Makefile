@@ -8,7 +8,7 @@ GO    ?= go
 IMAGE ?= idmint:dev
 BIN   ?= bin/idmint
 
-.PHONY: run test bench lint build image drill
+.PHONY: run test bench lint build image drill drill-ha
 
 run:
 	$(GO) run ./cmd/idmint serve
@@ -45,3 +45,18 @@ image:
 # make drill DRILL_ARGS='--target http://127.0.0.1:8080 --target http://127.0.0.1:8081 --duration 30s'
 drill:
 	$(GO) run ./cmd/idmint drill $(DRILL_ARGS)
+
+# drill-ha is the failover drill (TestDrillHA in cmd/idmint): etcd and two
+# Patroni-run PostgreSQL nodes on loopback, idmint instances under load, the
+# leader crashed, the replica promoted; it fails on any duplicate. Needs
+# patroni, python3-etcd, python3-psycopg2, etcd-server and postgresql
+# (Debian). Shape it with DRILL_MODES (sync, async), DRILL_RUNS (per mode),
+# DRILL_LAG (replication stalled before the crash, default 500ms) and
+# DRILL_SERVE_ARGS (more `idmint serve` flags), e.g.
+# make drill-ha DRILL_MODES=async DRILL_RUNS=10
+DRILL_MODES ?= sync async
+DRILL_RUNS  ?= 1
+drill-ha:
+	IDMINT_DRILL_HA=1 DRILL_MODES='$(DRILL_MODES)' DRILL_RUNS='$(DRILL_RUNS)' DRILL_LAG='$(DRILL_LAG)' \
+	DRILL_SERVE_ARGS='$(DRILL_SERVE_ARGS)' \
+	$(GO) test -p 1 -count=1 -v -timeout 90m -run '^(TestCluster_Failover|TestDrillHA)$$' ./internal/hacluster ./cmd/idmint
