@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -19,6 +18,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/idmint/idmint/internal/pgtest"
 )
 
 // dirPrefix starts the name of every cluster's temporary directory;
@@ -48,8 +49,8 @@ type Config struct {
 	// runs its loop every second.
 	TTL time.Duration
 	// BinDir holds the PostgreSQL server binaries; default
-	// $IDMINT_TEST_PG_BIN, `pg_config --bindir`, or the newest
-	// /usr/lib/postgresql/*/bin.
+	// pgtest.Binaries: $IDMINT_TEST_PG_BIN, `pg_config --bindir`, the newest
+	// /usr/lib/postgresql/*/bin, …
 	BinDir string
 }
 
@@ -86,8 +87,8 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		return nil, fmt.Errorf("hacluster: want at least 1 node and a TTL of at least 5s, got %d and %v", cfg.Nodes, cfg.TTL)
 	}
 	if cfg.BinDir == "" {
-		if cfg.BinDir, err = findBinaries(); err != nil {
-			return nil, err
+		if cfg.BinDir, err = pgtest.Binaries(); err != nil {
+			return nil, fmt.Errorf("hacluster: %w (Debian: apt-get install postgresql)", err)
 		}
 	}
 	patroniBin, err := exec.LookPath("patroni")
@@ -99,15 +100,8 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		return nil, fmt.Errorf("hacluster: etcd not found (Debian: apt-get install etcd-server): %w", err)
 	}
 	c := &Cluster{cfg: cfg}
-	if os.Geteuid() == 0 {
-		// PostgreSQL refuses to run as root.
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return nil, fmt.Errorf("hacluster: running as root, and PostgreSQL cannot run as root: %w", err)
-		}
-		uid, _ := strconv.ParseUint(u.Uid, 10, 32)
-		gid, _ := strconv.ParseUint(u.Gid, 10, 32)
-		c.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	if c.cred, err = pgtest.ServerUser(); err != nil {
+		return nil, fmt.Errorf("hacluster: %w", err)
 	}
 	reap()
 
@@ -545,28 +539,4 @@ func freePorts(n int) ([]int, error) {
 		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
-}
-
-// findBinaries returns the directory of the PostgreSQL server binaries.
-func findBinaries() (string, error) {
-	var candidates []string
-	if dir := os.Getenv("IDMINT_TEST_PG_BIN"); dir != "" {
-		candidates = append(candidates, dir)
-	}
-	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
-		candidates = append(candidates, strings.TrimSpace(string(out)))
-	}
-	debian, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	sort.Slice(debian, func(i, j int) bool {
-		vi, _ := strconv.Atoi(filepath.Base(filepath.Dir(debian[i])))
-		vj, _ := strconv.Atoi(filepath.Base(filepath.Dir(debian[j])))
-		return vi > vj
-	})
-	candidates = append(candidates, debian...)
-	for _, dir := range candidates {
-		if fi, err := os.Stat(filepath.Join(dir, "postgres")); err == nil && fi.Mode()&0o111 != 0 {
-			return dir, nil
-		}
-	}
-	return "", fmt.Errorf("hacluster: no PostgreSQL server binaries found (Debian: apt-get install postgresql); looked in %s", strings.Join(candidates, ", "))
 }

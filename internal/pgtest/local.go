@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -73,15 +72,8 @@ func isExecutable(path string) bool {
 // on a free loopback port.
 func startLocal(ctx context.Context, bin string) (_ *Server, err error) {
 	l := &local{bin: bin}
-	if os.Geteuid() == 0 {
-		// initdb and postgres refuse to run as root.
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return nil, fmt.Errorf("running as root, and the server cannot run as root: %w (create a postgres user or run the tests as another user)", err)
-		}
-		uid, _ := strconv.ParseUint(u.Uid, 10, 32)
-		gid, _ := strconv.ParseUint(u.Gid, 10, 32)
-		l.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	if l.cred, err = ServerUser(); err != nil {
+		return nil, err
 	}
 	reapLocal(ctx, l.cred)
 
