@@ -179,6 +179,11 @@ func drillHA(t *testing.T, bin string, r *haResult, lag time.Duration, serveArgs
 		t.Fatalf("no ID in %v before the crash", haBefore)
 	}
 
+	// The leader now, in case a slow machine made Patroni fail over by
+	// itself during the load.
+	if leader, err = c.Leader(ctx); err != nil {
+		t.Fatalf("%v\n%s", err, c.Logs(3000))
+	}
 	if lag > 0 {
 		if n, err := c.StallReplication(leader); err != nil || n == 0 {
 			t.Fatalf("stall replication on %s: %d WAL senders frozen, %v", leader, n, err)
