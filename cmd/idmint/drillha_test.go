@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -88,13 +89,17 @@ func TestDrillHA(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
+	// Ctrl-C ends the run under way through its cleanups, which stop the
+	// cluster, instead of killing this process and leaving servers behind.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	var results []*haResult
 	for _, mode := range modes {
-		for i := 1; i <= runs; i++ {
+		for i := 1; i <= runs && ctx.Err() == nil; i++ {
 			r := &haResult{mode: mode, run: i, verdict: "FAIL"}
 			results = append(results, r)
 			t.Run(fmt.Sprintf("%s-%d", mode, i), func(t *testing.T) {
-				drillHA(t, bin, r, lag, serveArgs)
+				drillHA(ctx, t, bin, r, lag, serveArgs)
 				if !t.Failed() {
 					r.verdict = "ok"
 				}
@@ -115,10 +120,10 @@ func TestDrillHA(t *testing.T) {
 }
 
 // drillHA runs the drill once, filling r.
-func drillHA(t *testing.T, bin string, r *haResult, lag time.Duration, serveArgs []string) {
+func drillHA(ctx context.Context, t *testing.T, bin string, r *haResult, lag time.Duration, serveArgs []string) {
 	begin := time.Now()
 	defer func() { r.elapsed = time.Since(begin) }()
-	ctx, cancel := context.WithTimeout(context.Background(), haRunTimeout)
+	ctx, cancel := context.WithTimeout(ctx, haRunTimeout)
 	defer cancel()
 
 	c, err := hacluster.Start(ctx, hacluster.Config{Nodes: 2, Synchronous: r.mode == "sync"})
