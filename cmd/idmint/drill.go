@@ -156,7 +156,7 @@ func (d *drillRun) client(ctx context.Context, name, target, tag string) {
 				}
 				d.checker.Fail(err)
 				d.mu.Lock()
-				tl.failed[err.Error()]++
+				tl.fail(err)
 				d.mu.Unlock()
 				// A failing target: back off a little, do not spin.
 				select {
@@ -173,6 +173,16 @@ func (d *drillRun) client(ctx context.Context, name, target, tag string) {
 			d.mu.Unlock()
 		}
 	})
+}
+
+// fail counts a failed request by its error; past 100 kinds of error,
+// new kinds count as "other errors".
+func (tl *targetLog) fail(err error) {
+	kind := err.Error()
+	if _, seen := tl.failed[kind]; !seen && len(tl.failed) >= 100 {
+		kind = "other errors"
+	}
+	tl.failed[kind]++
 }
 
 // ack records a reply at t with ids.

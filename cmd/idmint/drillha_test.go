@@ -63,7 +63,8 @@ type haResult struct {
 // duplicate waiting to happen), and max_id is at or above the highest ID.
 //
 // It runs with IDMINT_DRILL_HA=1; DRILL_MODES (default "sync async": Patroni's
-// synchronous_mode on or off), DRILL_RUNS (runs per mode, default 1) and
+// synchronous_mode on or off), DRILL_RUNS (runs per mode, default 1),
+// DRILL_LAG (default 500ms; 0 crashes without stalling replication first) and
 // DRILL_SERVE_ARGS (more idmint serve flags) shape it.
 func TestDrillHA(t *testing.T) {
 	if os.Getenv("IDMINT_DRILL_HA") == "" {
