@@ -136,8 +136,7 @@ func drillHA(ctx context.Context, t *testing.T, bin string, r *haResult, lag tim
 			t.Error(err)
 		}
 	})
-	leader, err := c.WaitReplicating(ctx)
-	if err != nil {
+	if _, err := c.WaitReplicating(ctx); err != nil {
 		t.Fatalf("%v\n%s", err, c.Logs(3000))
 	}
 	url := c.URL()
@@ -187,7 +186,8 @@ func drillHA(ctx context.Context, t *testing.T, bin string, r *haResult, lag tim
 
 	// The leader now, in case a slow machine made Patroni fail over by
 	// itself during the load.
-	if leader, err = c.Leader(ctx); err != nil {
+	leader, err := c.Leader(ctx)
+	if err != nil {
 		t.Fatalf("%v\n%s", err, c.Logs(3000))
 	}
 	if lag > 0 {
