@@ -32,6 +32,8 @@ type Health struct {
 	Reasons  []string       `json:"reasons"`
 	Database DatabaseHealth `json:"database"`
 	Tags     []TagHealth    `json:"tags"`
+	// Snowflake is the Snowflake mode's state; absent when it is off.
+	Snowflake *SnowflakeHealth `json:"snowflake,omitempty"`
 }
 
 // DatabaseHealth reports whether the store answered a ping.
@@ -181,6 +183,16 @@ func (s *Server) health(ctx context.Context, stats []segment.Stats, asked bool) 
 	}
 	if !asked && loaded == 0 && !h.Database.Reachable {
 		serving = false
+	}
+	// Snowflake IDs that cannot be issued degrade the instance: segment IDs
+	// are still served.
+	if s.cfg.Snowflake != nil {
+		sh := snowflakeHealth(s.cfg.Snowflake.Stats())
+		h.Snowflake = &sh
+		if !sh.Serving {
+			troubled = true
+			reason("snowflake: not serving (%s)", sh.State)
+		}
 	}
 	switch {
 	case !serving:
