@@ -24,6 +24,7 @@ type process struct {
 	bin, url, addr, instance, logPath string
 	cmd                               *exec.Cmd
 	gen                               atomic.Int64 // restarts so far; clients read it
+	extra                             []string     // more serve flags
 }
 
 func (p *process) start(tb testing.TB) {
@@ -35,6 +36,7 @@ func (p *process) start(tb testing.TB) {
 	defer logs.Close()
 	p.cmd = exec.Command(p.bin, "serve", "--database-url", p.url, "--listen", p.addr, "--instance", p.instance,
 		"--log-format", "json", "--access-log=false", "--wait-timeout", "5s")
+	p.cmd.Args = append(p.cmd.Args, p.extra...)
 	p.cmd.Stdout, p.cmd.Stderr = logs, logs
 	if err := p.cmd.Start(); err != nil {
 		tb.Fatal(err)

@@ -1,0 +1,333 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/idmint/idmint/httpapi"
+	"github.com/idmint/idmint/internal/checker"
+	"github.com/idmint/idmint/internal/pgtest"
+	"github.com/idmint/idmint/snowflake"
+)
+
+// Snowflake flags of the process tests: two worker IDs, a 2 s lease.
+var snowflakeFlags = []string{"--snowflake-bits", "50/1/12", "--snowflake-lease-ttl", "2s",
+	"--snowflake-margin", "200ms", "--snowflake-renew-every", "300ms"}
+
+var twoWorkers = snowflake.Layout{Epoch: snowflake.DefaultEpoch, TimeBits: 50, WorkerBits: 1, SequenceBits: 12}
+
+// buildBinary builds idmint into dir.
+func buildBinary(tb testing.TB, dir string) string {
+	tb.Helper()
+	bin := filepath.Join(dir, "idmint")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		tb.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// snowflakeProcs makes n processes (not started) on one database.
+func snowflakeProcs(tb testing.TB, bin, url, dir string, names ...string) []*process {
+	procs := make([]*process, len(names))
+	for i, name := range names {
+		procs[i] = &process{bin: bin, url: url, addr: freeAddr(tb), instance: name,
+			logPath: filepath.Join(dir, name+".log"), extra: snowflakeFlags}
+	}
+	return procs
+}
+
+// snowflakeState reads the snowflake part of a process's /id/health.
+func snowflakeState(tb testing.TB, p *process) httpapi.SnowflakeHealth {
+	tb.Helper()
+	var h httpapi.Health
+	if code := getJSON(tb, "http://"+p.addr+"/id/health", &h); code != http.StatusOK || h.Snowflake == nil {
+		tb.Fatalf("%s /id/health: %d %+v", p.instance, code, h)
+	}
+	return *h.Snowflake
+}
+
+// waitState polls p's snowflake health until cond holds, for at most 20 s.
+func waitState(tb testing.TB, p *process, what string, cond func(httpapi.SnowflakeHealth) bool) httpapi.SnowflakeHealth {
+	tb.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st := snowflakeState(tb, p)
+		if cond(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			logs, _ := os.ReadFile(p.logPath)
+			tb.Fatalf("%s: timed out waiting for %s; last state %+v\n%s", p.instance, what, st, tail(logs, 3000))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func workerIs(w int64) func(httpapi.SnowflakeHealth) bool {
+	return func(st httpapi.SnowflakeHealth) bool { return st.Serving && st.WorkerID != nil && *st.WorkerID == w }
+}
+
+// collector asks one process for Snowflake IDs, one request at a time, so
+// that the order it sees is the process's order, until stopped.
+type collector struct {
+	p      *process
+	c      *checker.Checker
+	client string
+	httpc  *http.Client
+	stop   chan struct{}
+	done   chan struct{}
+	mu     sync.Mutex // protects ids
+	ids    []int64
+}
+
+func collect(p *process, c *checker.Checker, client string) *collector {
+	k := &collector{p: p, c: c, client: client, httpc: &http.Client{Timeout: 30 * time.Second},
+		stop: make(chan struct{}), done: make(chan struct{})}
+	go k.run()
+	return k
+}
+
+func (k *collector) run() {
+	defer close(k.done)
+	ctx := context.Background()
+	for {
+		select {
+		case <-k.stop:
+			return
+		default:
+		}
+		k.c.Attempt()
+		id, _, err := fetchID(ctx, k.httpc, "http://"+k.p.addr+"/snowflake")
+		if err != nil {
+			k.c.Fail(err)
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		k.c.Ack(k.client, "snowflake", id)
+		k.mu.Lock()
+		k.ids = append(k.ids, id)
+		k.mu.Unlock()
+	}
+}
+
+func (k *collector) count() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.ids)
+}
+
+// waitIDs waits until the collector has n IDs more than before.
+func (k *collector) waitIDs(tb testing.TB, n int) {
+	tb.Helper()
+	want := k.count() + n
+	deadline := time.Now().Add(20 * time.Second)
+	for k.count() < want {
+		if time.Now().After(deadline) {
+			tb.Fatalf("%s: %d ids, want %d", k.client, k.count(), want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// halt stops the collector, bounded: a request in flight ends by its
+// client timeout.
+func (k *collector) halt() []int64 {
+	close(k.stop)
+	<-k.done
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.ids
+}
+
+// TestSnowflake_SIGSTOPPastLease pauses a real idmint serve process
+// (SIGSTOP) for longer than its lease while a client waits on it, lets a new
+// process take its worker ID and issue IDs, then wakes it (SIGCONT). The
+// woken process must refuse, or issue only inside its old window: no ID
+// comes out twice, every process's IDs increase, and the new holder's IDs
+// of that worker ID all come after the old holder's.
+func TestSnowflake_SIGSTOPPastLease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real processes")
+	}
+	dir := t.TempDir()
+	bin := buildBinary(t, dir)
+	url := pgtest.Shared(t).NewDatabase(t)
+	idmint(t, "migrate", "--database-url", url)
+	procs := snowflakeProcs(t, bin, url, dir, "paused", "steady", "successor")
+	paused, steady, successor := procs[0], procs[1], procs[2]
+	paused.start(t)
+	waitState(t, paused, "worker id 0", workerIs(0))
+	steady.start(t)
+	waitState(t, steady, "worker id 1", workerIs(1))
+
+	c := checker.New()
+	kPaused, kSteady := collect(paused, c, "paused"), collect(steady, c, "steady")
+	kPaused.waitIDs(t, 500)
+	kSteady.waitIDs(t, 500)
+
+	if err := paused.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	defer func() {
+		if stopped {
+			paused.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}()
+	pausedBefore := kPaused.count()
+
+	successor.start(t)
+	if st := snowflakeState(t, successor); st.Serving || st.State != httpapi.CodeSnowflakeNoWorker {
+		t.Fatalf("successor with both worker ids held: %+v", st)
+	}
+	// The paused process's lease expires: the successor takes worker 0.
+	st := waitState(t, successor, "worker id 0 after the lease expired", workerIs(0))
+	if st.Epoch < 2 {
+		t.Fatalf("successor holds worker 0 at epoch %d", st.Epoch)
+	}
+	kSuccessor := collect(successor, c, "successor")
+	kSuccessor.waitIDs(t, 500)
+
+	if err := paused.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	stopped = false
+	// The woken process finds its lease lost, and no worker ID free.
+	waitState(t, paused, "the lease lost", func(st httpapi.SnowflakeHealth) bool {
+		return st.LeasesLost >= 1 && st.WorkerID == nil && st.State == httpapi.CodeSnowflakeNoWorker
+	})
+	kSuccessor.waitIDs(t, 500)
+	kSteady.waitIDs(t, 500)
+
+	pausedIDs, steadyIDs, successorIDs := kPaused.halt(), kSteady.halt(), kSuccessor.halt()
+	r := c.Report()
+	t.Logf("paused: %d ids before SIGSTOP, %d after SIGCONT; steady %d; successor %d\n%s",
+		pausedBefore, len(pausedIDs)-pausedBefore, len(steadyIDs), len(successorIDs), r)
+	if !r.Valid() {
+		t.Fatalf("duplicates or order violations:\n%s", r)
+	}
+	// The fence: every worker-0 ID of the successor is later than every one
+	// of the paused process.
+	var lastPaused int64
+	for _, id := range pausedIDs {
+		p, _ := twoWorkers.Parse(id)
+		if p.Worker != 0 {
+			t.Fatalf("paused process issued worker %d's id %d", p.Worker, id)
+		}
+		lastPaused = max(lastPaused, p.UnixMilli)
+	}
+	for _, id := range successorIDs {
+		if p, _ := twoWorkers.Parse(id); p.Worker != 0 || p.UnixMilli <= lastPaused {
+			t.Fatalf("successor id %d (%+v) not after the paused process's last millisecond %d", id, p, lastPaused)
+		}
+	}
+	for _, p := range procs {
+		p.stop(t, syscall.SIGTERM)
+	}
+}
+
+// TestSnowflake_RaceForTheLastWorkerID starts two processes at once when one
+// worker ID is left: exactly one serves, the other answers 503
+// snowflake_no_worker and keeps trying, and takes the worker ID when the
+// winner shuts down (releasing it).
+func TestSnowflake_RaceForTheLastWorkerID(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real processes")
+	}
+	dir := t.TempDir()
+	bin := buildBinary(t, dir)
+	url := pgtest.Shared(t).NewDatabase(t)
+	idmint(t, "migrate", "--database-url", url)
+	procs := snowflakeProcs(t, bin, url, dir, "first", "racer-a", "racer-b")
+	procs[0].start(t)
+	waitState(t, procs[0], "worker id 0", workerIs(0))
+	var wg sync.WaitGroup
+	for _, p := range procs[1:] {
+		wg.Go(func() { p.start(t) })
+	}
+	wg.Wait()
+	// Both are up; each has made its first attempt.
+	var winner, loser *process
+	for _, p := range procs[1:] {
+		st := waitState(t, p, "a first lease attempt", func(st httpapi.SnowflakeHealth) bool { return st.Serving || st.LastError != "" })
+		if st.Serving {
+			if winner != nil {
+				t.Fatalf("both racers serve: %s and %s", winner.instance, p.instance)
+			}
+			winner = p
+			if *st.WorkerID != 1 {
+				t.Fatalf("winner holds worker %d", *st.WorkerID)
+			}
+		} else {
+			loser = p
+		}
+	}
+	if winner == nil || loser == nil {
+		t.Fatalf("want one winner and one loser: %v %v", winner, loser)
+	}
+	if _, answered, err := fetchID(context.Background(), http.DefaultClient, "http://"+loser.addr+"/snowflake"); !answered || err == nil ||
+		!strings.Contains(err.Error(), "503") || !strings.Contains(err.Error(), httpapi.CodeSnowflakeNoWorker) {
+		t.Fatalf("loser's /snowflake: %v", err)
+	}
+	if _, _, err := fetchID(context.Background(), http.DefaultClient, "http://"+winner.addr+"/snowflake"); err != nil {
+		t.Fatal(err)
+	}
+	winner.stop(t, syscall.SIGTERM)
+	waitState(t, loser, "the released worker id", workerIs(1))
+	procs[0].stop(t, syscall.SIGTERM)
+	loser.stop(t, syscall.SIGTERM)
+}
+
+// TestSnowflake_RestartReusesWorkerID stops a process (SIGTERM: it
+// releases its worker ID and records the last millisecond used) and starts
+// it again at once on the SQLite file: it takes the same worker ID at the
+// next epoch, and its IDs continue above the ones before. A SIGKILLed
+// process releases nothing: its restart takes the other worker ID.
+func TestSnowflake_RestartReusesWorkerID(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real processes")
+	}
+	dir := t.TempDir()
+	bin := buildBinary(t, dir)
+	url := "sqlite://" + filepath.Join(dir, "ids.db")
+	idmint(t, "migrate", "--database-url", url)
+	p := snowflakeProcs(t, bin, url, dir, "restarted")[0]
+	c := checker.New()
+	epoch := int64(0)
+	for round := range 3 {
+		p.start(t)
+		st := waitState(t, p, "worker id 0", workerIs(0))
+		if st.Epoch != epoch+1 {
+			t.Fatalf("round %d: epoch %d, want %d", round, st.Epoch, epoch+1)
+		}
+		epoch = st.Epoch
+		k := collect(p, c, "restarted") // one client: the process's order across restarts
+		k.waitIDs(t, 2000)
+		k.halt()
+		p.stop(t, syscall.SIGTERM)
+	}
+	p.start(t)
+	waitState(t, p, "worker id 0", workerIs(0))
+	k := collect(p, c, "restarted")
+	k.waitIDs(t, 2000)
+	k.halt()
+	p.stop(t, syscall.SIGKILL)
+	p.start(t)
+	waitState(t, p, "worker id 1 (0 is still leased by the killed process)", workerIs(1))
+	k = collect(p, c, "after-kill")
+	k.waitIDs(t, 2000)
+	k.halt()
+	p.stop(t, syscall.SIGTERM)
+	if r := c.Report(); !r.Valid() || r.IDs() < 10_000 {
+		t.Fatalf("%s", r)
+	}
+}
+
