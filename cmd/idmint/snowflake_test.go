@@ -330,4 +330,3 @@ func TestSnowflake_RestartReusesWorkerID(t *testing.T) {
 		t.Fatalf("%s", r)
 	}
 }
-
