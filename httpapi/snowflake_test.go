@@ -170,3 +170,35 @@ func TestServer_SnowflakeOff(t *testing.T) {
 		t.Fatalf("/id/health mentions snowflake with the mode off: %s", body)
 	}
 }
+
+// TestDashboard_SnowflakeBrowser opens /id/dashboard in headless Chromium
+// and checks the Snowflake pill says what /id/health says: the worker ID and
+// epoch of an instance that holds a lease, the refusal of one that holds
+// none.
+func TestDashboard_SnowflakeBrowser(t *testing.T) {
+	bin := findChromium(t)
+	store := lease.NewMemory(nil)
+	holding := newSnowflakeServer(t, startNode(t, store, "a"))
+	startNode(t, store, "b")
+	none := newSnowflakeServer(t, startNode(t, store, "c"))
+	for range 3 {
+		get(t, holding, "/snowflake")
+		get(t, none, "/snowflake")
+	}
+	dom := string(runChromium(t, bin, holding.URL+"/id/dashboard", 3000, "--dump-dom"))
+	for _, want := range []string{`data-loaded="true"`, `id="snowflake" class="pill ok"`, `data-worker="0"`, `data-state="serving"`,
+		"snowflake worker 0 · epoch 1 · lease ", " · 3 ids<"} {
+		if !strings.Contains(dom, want) {
+			t.Errorf("dashboard of the lease holder lacks %q", want)
+		}
+	}
+	dom = string(runChromium(t, bin, none.URL+"/id/dashboard", 3000, "--dump-dom"))
+	for _, want := range []string{`id="snowflake" class="pill bad"`, `data-worker=""`, `data-state="snowflake_no_worker"`, "no worker id", "3 refused"} {
+		if !strings.Contains(dom, want) {
+			t.Errorf("dashboard of the instance without a worker id lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("DOM:\n%s", dom)
+	}
+}
