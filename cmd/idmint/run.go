@@ -32,7 +32,7 @@ Usage:
   idmint tag set-step NAME STEP [--max-step N]
   idmint tag bump NAME (--to N | --by N)  raise max_id after a database restore
   idmint healthcheck [--url URL]         exit 0 if /id/health answers 200
-  idmint drill --target URL [--target URL …] [--biz-tag T] [--duration D] [--concurrency N]
+  idmint drill --target URL [--target URL …] [--biz-tag T | --snowflake] [--duration D] [--concurrency N]
                                          ask instances for IDs, check none repeats
   idmint snowflake parse ID [--snowflake-bits B] [--snowflake-epoch T]
                                          decode a snowflake id: time, worker id, sequence
