@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/stdlib"
-
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/internal/pgtest"
 	"github.com/idmint/idmint/lease"
@@ -39,11 +37,7 @@ func openPostgres(t *testing.T) func() snowflake.LeaseStore {
 		t.Cleanup(s.Close)
 		return s
 	}
-	db := stdlib.OpenDBFromPool(connect().Pool())
-	defer db.Close()
-	if _, err := migrations.Up(context.Background(), db, migrations.PostgreSQL, nil); err != nil {
-		t.Fatal(err)
-	}
+	migratePG(t, url)
 	return func() snowflake.LeaseStore { return lease.NewPostgres(connect().Pool()) }
 }
 
@@ -311,16 +305,12 @@ func TestSchema_WorkerIDBounds(t *testing.T) {
 	l := smallLayout() // worker IDs 0…3
 	t.Run("postgres", func(t *testing.T) {
 		url := pgtest.Shared(t).NewDatabase(t)
+		migratePG(t, url)
 		store, err := allocator.OpenPostgres(ctx, url)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer store.Close()
-		db := stdlib.OpenDBFromPool(store.Pool())
-		defer db.Close()
-		if _, err := migrations.Up(ctx, db, migrations.PostgreSQL, nil); err != nil {
-			t.Fatal(err)
-		}
 		if err := lease.NewPostgres(store.Pool()).Prepare(ctx, l); err != nil {
 			t.Fatal(err)
 		}

@@ -109,13 +109,7 @@ UPDATE idmint_snowflake_workers
 SET lease_expires_ms = ?, time_floor_ms = max(time_floor_ms, ?), updated_at = `+nowSQL+`
 WHERE worker_id = ? AND epoch = ? AND holder = ? AND released = 0`,
 			l.Expires, l.Expires-margin.Milliseconds(), l.Worker, l.Epoch, l.Holder)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			return errors.Join(fmt.Errorf("%w: worker id %d epoch %d", snowflake.ErrLeaseLost, l.Worker, l.Epoch), err)
-		}
-		return nil
+		return heldOne(res, err, l)
 	})
 	if err != nil {
 		return snowflake.Lease{}, fmt.Errorf("renew worker id %d: %w", l.Worker, err)
@@ -130,16 +124,22 @@ func (s *SQLite) Release(ctx context.Context, l snowflake.Lease, floor int64) er
 UPDATE idmint_snowflake_workers
 SET released = 1, lease_expires_ms = 0, time_floor_ms = ?, updated_at = `+nowSQL+`
 WHERE worker_id = ? AND epoch = ? AND holder = ? AND released = 0`, max(floor, 0), l.Worker, l.Epoch, l.Holder)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			return errors.Join(fmt.Errorf("%w: worker id %d epoch %d", snowflake.ErrLeaseLost, l.Worker, l.Epoch), err)
-		}
-		return nil
+		return heldOne(res, err, l)
 	})
 	if err != nil {
 		return fmt.Errorf("release worker id %d: %w", l.Worker, err)
+	}
+	return nil
+}
+
+// heldOne turns the result of an update that names a lease's epoch into
+// ErrLeaseLost when it matched no row.
+func heldOne(res sql.Result, err error, l snowflake.Lease) error {
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return errors.Join(fmt.Errorf("%w: worker id %d epoch %d", snowflake.ErrLeaseLost, l.Worker, l.Epoch), err)
 	}
 	return nil
 }

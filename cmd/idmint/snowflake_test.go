@@ -36,6 +36,25 @@ func buildBinary(tb testing.TB, dir string) string {
 	return bin
 }
 
+// snowflakeSetup builds idmint and migrates a fresh PostgreSQL database, or
+// the SQLite file at sqlitePath when it is not empty. It returns the work
+// directory, the binary and the database URL.
+func snowflakeSetup(t *testing.T, sqlitePath string) (dir, bin, url string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("real processes")
+	}
+	dir = t.TempDir()
+	bin = buildBinary(t, dir)
+	if sqlitePath != "" {
+		url = "sqlite://" + filepath.Join(dir, sqlitePath)
+	} else {
+		url = pgtest.Shared(t).NewDatabase(t)
+	}
+	idmint(t, "migrate", "--database-url", url)
+	return dir, bin, url
+}
+
 // snowflakeProcs makes n processes (not started) on one database.
 func snowflakeProcs(tb testing.TB, bin, url, dir string, names ...string) []*process {
 	procs := make([]*process, len(names))
@@ -156,13 +175,7 @@ func (k *collector) halt() []int64 {
 // comes out twice, every process's IDs increase, and the new holder's IDs
 // of that worker ID all come after the old holder's.
 func TestSnowflake_SIGSTOPPastLease(t *testing.T) {
-	if testing.Short() {
-		t.Skip("real processes")
-	}
-	dir := t.TempDir()
-	bin := buildBinary(t, dir)
-	url := pgtest.Shared(t).NewDatabase(t)
-	idmint(t, "migrate", "--database-url", url)
+	dir, bin, url := snowflakeSetup(t, "")
 	procs := snowflakeProcs(t, bin, url, dir, "paused", "steady", "successor")
 	paused, steady, successor := procs[0], procs[1], procs[2]
 	paused.start(t)
@@ -241,13 +254,7 @@ func TestSnowflake_SIGSTOPPastLease(t *testing.T) {
 // snowflake_no_worker and keeps trying, and takes the worker ID when the
 // winner shuts down (releasing it).
 func TestSnowflake_RaceForTheLastWorkerID(t *testing.T) {
-	if testing.Short() {
-		t.Skip("real processes")
-	}
-	dir := t.TempDir()
-	bin := buildBinary(t, dir)
-	url := pgtest.Shared(t).NewDatabase(t)
-	idmint(t, "migrate", "--database-url", url)
+	dir, bin, url := snowflakeSetup(t, "")
 	procs := snowflakeProcs(t, bin, url, dir, "first", "racer-a", "racer-b")
 	procs[0].start(t)
 	waitState(t, procs[0], "worker id 0", workerIs(0))
@@ -294,13 +301,7 @@ func TestSnowflake_RaceForTheLastWorkerID(t *testing.T) {
 // next epoch, and its IDs continue above the ones before. A SIGKILLed
 // process releases nothing: its restart takes the other worker ID.
 func TestSnowflake_RestartReusesWorkerID(t *testing.T) {
-	if testing.Short() {
-		t.Skip("real processes")
-	}
-	dir := t.TempDir()
-	bin := buildBinary(t, dir)
-	url := "sqlite://" + filepath.Join(dir, "ids.db")
-	idmint(t, "migrate", "--database-url", url)
+	dir, bin, url := snowflakeSetup(t, "ids.db")
 	p := snowflakeProcs(t, bin, url, dir, "restarted")[0]
 	c := checker.New()
 	epoch := int64(0)
