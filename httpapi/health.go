@@ -130,7 +130,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 //     tag's next range is late, a load failed since the last success, or a
 //     range was refused or a rollback repaired since the instance started
 //     (the database went back in time: an operator must look, so it
-//     sticks);
+//     sticks), or Snowflake mode is on and cannot issue IDs;
 //   - ok otherwise.
 //
 // Reasons lists every cause, so that a dashboard can say what is wrong.
