@@ -26,13 +26,16 @@ import (
 	"github.com/idmint/idmint/snowflake"
 )
 
+// leaseTTL is the lease of the outage tests.
+const leaseTTL = 3 * time.Second
+
 // twoWorkers is a layout with worker IDs 0 and 1.
 var twoWorkers = snowflake.Layout{Epoch: snowflake.DefaultEpoch, TimeBits: 50, WorkerBits: 1, SequenceBits: 12}
 
-// nodeConfig: a 2 s lease renewed every 300 ms, a 200 ms margin.
+// nodeConfig: a 3 s lease renewed every 400 ms, a 200 ms margin.
 func nodeConfig(store snowflake.LeaseStore, holder string) snowflake.Config {
-	return snowflake.Config{Layout: twoWorkers, Store: store, Holder: holder, TTL: 2 * time.Second,
-		RenewEvery: 300 * time.Millisecond, Margin: 200 * time.Millisecond,
+	return snowflake.Config{Layout: twoWorkers, Store: store, Holder: holder, TTL: leaseTTL,
+		RenewEvery: 400 * time.Millisecond, Margin: 200 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 }
 
@@ -161,7 +164,7 @@ func waitUntil(t *testing.T, limit time.Duration, what string, cond func() bool)
 }
 
 // TestNode_DatabaseOutage cuts the database off from one instance, behind a
-// blackholing proxy, for less and for more than the lease TTL (2 s).
+// blackholing proxy, for less and for more than the lease TTL (3 s).
 //
 // Shorter: the instance keeps issuing IDs all through, on the same lease.
 // Longer: its window ends a margin before the lease expires and it refuses;
@@ -177,7 +180,7 @@ func TestNode_DatabaseOutage(t *testing.T) {
 		outage time.Duration
 	}{
 		{"shorter than the ttl", time.Second},
-		{"longer than the ttl", 4 * time.Second},
+		{"longer than the ttl", 5 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dbURL := pgtest.Shared(t).NewDatabase(t)
@@ -196,7 +199,7 @@ func TestNode_DatabaseOutage(t *testing.T) {
 			begin := time.Now()
 			var successor *snowflake.Node
 			var stopSuccessor func() ([]int64, map[string]int)
-			if tc.outage > 2*time.Second {
+			if tc.outage > leaseTTL {
 				successor = startNode(t, nodeConfig(pgLeases(t, dbURL), "successor"))
 				waitUntil(t, 10*time.Second, "the successor to take worker 0", func() bool { return successor.Stats().Worker == 0 })
 				stopSuccessor = hammer(successor, c, "successor")

@@ -135,6 +135,9 @@ func (g *Generator) fill(ctx context.Context, ids []int64, n int) ([]int64, erro
 		if len(ids) == n {
 			return ids, nil
 		}
+		if kind == nil {
+			continue // the millisecond's sequence ran out: take again
+		}
 		kind.Add(1)
 		if err := g.clock.Sleep(ctx, wait); err != nil {
 			return nil, fmt.Errorf("snowflake: waiting for the clock: %w", err)

@@ -256,7 +256,10 @@ func (n *Node) installLocked(l Lease, sent, got time.Time) {
 		n.cfg.Logger.Error("snowflake: lease refused", "err", err)
 		return
 	}
-	if n.offset.Abs() > n.cfg.Margin {
+	// The offset is known to within half the round trip: refuse only when
+	// the clocks certainly differ by more than the margin, so that a slow
+	// database does not pass for a wrong clock.
+	if n.offset.Abs()-got.Sub(sent)/2 > n.cfg.Margin {
 		err := fmt.Errorf("%w: the database's clock is %v ahead of this instance's, the margin is %v", ErrClockSkew, n.offset, n.cfg.Margin)
 		n.gen.Suspend(err)
 		n.lastErr = err
