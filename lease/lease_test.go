@@ -73,13 +73,24 @@ func smallLayout() snowflake.Layout {
 	return snowflake.Layout{Epoch: snowflake.DefaultEpoch, TimeBits: 49, WorkerBits: 2, SequenceBits: 12}
 }
 
+// ttl is the lease of the tests that wait for an expiry; longTTL that of
+// the others, so that a slow machine cannot expire their leases midway.
 const (
-	ttl    = 400 * time.Millisecond
-	margin = 50 * time.Millisecond
+	ttl     = time.Second
+	longTTL = time.Hour
+	margin  = 50 * time.Millisecond
 )
 
+// request asks for a lease of ttl on worker IDs 0…maxWorker.
 func request(holder string, maxWorker int64) snowflake.AcquireRequest {
 	return snowflake.AcquireRequest{Holder: holder, MaxWorker: maxWorker, TTL: ttl, Margin: margin}
+}
+
+// longRequest asks for a lease of longTTL.
+func longRequest(holder string, maxWorker int64) snowflake.AcquireRequest {
+	r := request(holder, maxWorker)
+	r.TTL = longTTL
+	return r
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -138,7 +149,7 @@ func TestLeaseStore(t *testing.T) {
 				}
 				seen := map[int64]bool{}
 				for i := range l.MaxWorker() + 1 {
-					got, err := open().Acquire(ctx, request("h"+string(rune('a'+i)), l.MaxWorker()))
+					got, err := open().Acquire(ctx, longRequest("h"+string(rune('a'+i)), l.MaxWorker()))
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -146,11 +157,11 @@ func TestLeaseStore(t *testing.T) {
 						t.Fatalf("acquire %d: worker %d (seen %v)", i, got.Worker, seen)
 					}
 					seen[got.Worker] = true
-					if got.Epoch != 1 || got.Expires-got.DBTime != ttl.Milliseconds() || got.Start != 1 {
+					if got.Epoch != 1 || got.Expires-got.DBTime != longTTL.Milliseconds() || got.Start != 1 {
 						t.Fatalf("first lease of worker %d: %+v", got.Worker, got)
 					}
 				}
-				if _, err := s.Acquire(ctx, request("extra", l.MaxWorker())); !errors.Is(err, snowflake.ErrAllHeld) {
+				if _, err := s.Acquire(ctx, longRequest("extra", l.MaxWorker())); !errors.Is(err, snowflake.ErrAllHeld) {
 					t.Fatalf("acquire with every worker id held = %v, want ErrAllHeld", err)
 				}
 			})
@@ -160,11 +171,11 @@ func TestLeaseStore(t *testing.T) {
 				if err := s.Prepare(ctx, smallLayout()); err != nil {
 					t.Fatal(err)
 				}
-				a, err := s.Acquire(ctx, request("a", 0))
+				a, err := s.Acquire(ctx, longRequest("a", 0))
 				if err != nil {
 					t.Fatal(err)
 				}
-				r, err := s.Renew(ctx, a, ttl, margin)
+				r, err := s.Renew(ctx, a, longTTL, margin)
 				if err != nil || r.Worker != a.Worker || r.Epoch != a.Epoch || r.Expires < a.Expires || r.Start != a.Start {
 					t.Fatalf("renew %+v = %+v, %v", a, r, err)
 				}
@@ -190,7 +201,7 @@ func TestLeaseStore(t *testing.T) {
 				}
 				// A released worker ID is taken at once, by the next holder
 				// (or the same instance restarted), starting after the floor.
-				b, err := open().Acquire(ctx, request("a", 0))
+				b, err := open().Acquire(ctx, longRequest("a", 0))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -277,7 +288,7 @@ func TestLeaseStore(t *testing.T) {
 				for i, s := range stores {
 					wg.Go(func() {
 						<-start
-						l, err := s.Acquire(ctx, request(string(rune('a'+i)), 0))
+						l, err := s.Acquire(ctx, longRequest(string(rune('a'+i)), 0))
 						switch {
 						case err == nil:
 							mu.Lock()

@@ -67,7 +67,7 @@ func waitFor(tb testing.TB, what string, cond func() bool) {
 
 func TestNode_AllWorkerIDsHeld(t *testing.T) {
 	store := lease.NewMemory(nil)
-	cfg := snowflake.Config{Layout: twoWorkers(), Store: store, TTL: 400 * time.Millisecond, Margin: 50 * time.Millisecond, RenewEvery: 50 * time.Millisecond}
+	cfg := snowflake.Config{Layout: twoWorkers(), Store: store, TTL: 2 * time.Second, Margin: 100 * time.Millisecond, RenewEvery: 200 * time.Millisecond}
 	c := checker.New()
 	cfg.Holder = "a"
 	a := startNode(t, cfg)
