@@ -289,12 +289,16 @@ func BenchmarkGenerator_Next(b *testing.B) {
 func BenchmarkGenerator_NextSerial(b *testing.B) {
 	g := benchGenerator(b)
 	ctx := context.Background()
+	var used millisUsed
 	for b.Loop() {
-		if _, err := g.Next(ctx); err != nil {
+		id, err := g.Next(ctx)
+		if err != nil {
 			b.Fatal(err)
 		}
+		used.add(g.Layout(), id)
 	}
 	reportPerMS(b, b.N)
+	used.report(b, b.N)
 }
 
 // BenchmarkGenerator_BatchCPU: batches of 4,096 on a clock that moves to
@@ -322,12 +326,34 @@ func BenchmarkGenerator_BatchCPU(b *testing.B) {
 func BenchmarkGenerator_Batch(b *testing.B) {
 	g := benchGenerator(b)
 	ctx := context.Background()
+	var used millisUsed
 	for b.Loop() {
-		if _, err := g.NextN(ctx, 4096); err != nil {
+		ids, err := g.NextN(ctx, 4096)
+		if err != nil {
 			b.Fatal(err)
+		}
+		for _, id := range ids {
+			used.add(g.Layout(), id)
 		}
 	}
 	reportPerMS(b, b.N*4096)
+	used.report(b, b.N*4096)
+}
+
+// millisUsed counts the milliseconds that IDs, taken in order, fall in.
+type millisUsed struct{ last, n int64 }
+
+func (m *millisUsed) add(l snowflake.Layout, id int64) {
+	if ms := id >> (l.WorkerBits + l.SequenceBits); ms != m.last {
+		m.last, m.n = ms, m.n+1
+	}
+}
+
+// report reports IDs per millisecond that holds any: 4,096 means every
+// millisecond the generator used was filled to the layout's limit, whatever
+// share of the CPU the machine gave it.
+func (m *millisUsed) report(b *testing.B, ids int) {
+	b.ReportMetric(float64(ids)/float64(max(m.n, 1)), "ids/used-ms")
 }
 
 func benchGenerator(b *testing.B) *snowflake.Generator {
