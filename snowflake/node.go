@@ -51,6 +51,9 @@ type Lease struct {
 	DBTime int64
 }
 
+// MaxHolder is the longest holder name a lease row takes.
+const MaxHolder = 200
+
 // Config configures a Node. Zero fields take the defaults named.
 type Config struct {
 	Layout Layout
@@ -78,6 +81,9 @@ type Config struct {
 func (c *Config) setDefaults() error {
 	if c.Store == nil {
 		return errors.New("snowflake: no lease store")
+	}
+	if len(c.Holder) > MaxHolder {
+		return fmt.Errorf("snowflake: holder name of %d bytes: at most %d", len(c.Holder), MaxHolder)
 	}
 	if err := c.Layout.Validate(); err != nil {
 		return err

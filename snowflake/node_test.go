@@ -155,3 +155,37 @@ func TestNode_RestartReusesWorkerID(t *testing.T) {
 		})
 	}
 }
+
+func TestStart_InvalidConfig(t *testing.T) {
+	store := lease.NewMemory(nil)
+	long := make([]byte, snowflake.MaxHolder+1)
+	for i := range long {
+		long[i] = 'x'
+	}
+	for _, c := range []struct {
+		name string
+		cfg  snowflake.Config
+	}{
+		{"no store", snowflake.Config{Layout: twoWorkers()}},
+		{"invalid layout", snowflake.Config{Layout: snowflake.Layout{TimeBits: 41, WorkerBits: 10, SequenceBits: 13}, Store: store}},
+		{"holder too long", snowflake.Config{Layout: twoWorkers(), Store: store, Holder: string(long)}},
+		{"ttl under 4 margins", snowflake.Config{Layout: twoWorkers(), Store: store, TTL: 3 * time.Second, Margin: time.Second}},
+		{"margin under 1ms", snowflake.Config{Layout: twoWorkers(), Store: store, Margin: time.Microsecond}},
+		{"renewal too rare", snowflake.Config{Layout: twoWorkers(), Store: store, TTL: 10 * time.Second, Margin: time.Second, RenewEvery: 5 * time.Second}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.cfg.Logger = quiet()
+			if n, err := snowflake.Start(context.Background(), c.cfg); err == nil {
+				n.Close(context.Background())
+				t.Fatal("started")
+			}
+		})
+	}
+	// A layout other than the store's: refused at start.
+	startNode(t, snowflake.Config{Layout: twoWorkers(), Store: store, Holder: "a"})
+	other := twoWorkers()
+	other.Epoch = other.Epoch.Add(time.Hour)
+	if _, err := snowflake.Start(context.Background(), snowflake.Config{Layout: other, Store: store, Logger: quiet()}); !errors.Is(err, snowflake.ErrLayoutMismatch) {
+		t.Fatalf("Start with another epoch = %v, want ErrLayoutMismatch", err)
+	}
+}

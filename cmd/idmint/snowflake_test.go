@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -371,5 +372,23 @@ func TestSnowflakeParse(t *testing.T) {
 		if err := run(context.Background(), args, io.Discard, &stderr); err == nil {
 			t.Errorf("idmint %s: no error", strings.Join(args, " "))
 		}
+	}
+}
+
+// TestServe_SnowflakeLayoutMismatch: an instance with another layout than
+// the one recorded in the database refuses to start.
+func TestServe_SnowflakeLayoutMismatch(t *testing.T) {
+	dir := t.TempDir()
+	_, stop := startServe(t, "--data-dir", dir)
+	stop()
+	var stderr strings.Builder
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := run(ctx, []string{"serve", "--data-dir", dir, "--listen", freeAddr(t), "--snowflake-bits", "42/9/12"}, io.Discard, &stderr)
+	if err == nil || !errors.Is(err, snowflake.ErrLayoutMismatch) {
+		t.Fatalf("serve with another layout: %v\n%s", err, stderr.String())
+	}
+	if err := run(ctx, []string{"serve", "--data-dir", dir, "--snowflake-bits", "41/10/13"}, io.Discard, &stderr); err == nil {
+		t.Fatal("serve with bits summing to 64 started")
 	}
 }
