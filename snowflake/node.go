@@ -256,8 +256,10 @@ func (n *Node) installLocked(l Lease, sent, got time.Time) {
 		Start: l.Start, End: l.Expires - margin,
 		Deadline: sent.Add(n.cfg.TTL - n.cfg.Margin),
 	}); err != nil {
-		// A store bug: a worker ID outside the layout. Issue nothing.
+		// A store bug: a worker ID outside the layout. Issue nothing, and
+		// let the lease expire.
 		n.gen.Revoke()
+		n.lease = nil
 		n.lastErr = err
 		n.cfg.Logger.Error("snowflake: lease refused", "err", err)
 		return
