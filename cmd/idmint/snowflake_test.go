@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
@@ -390,5 +392,75 @@ func TestServe_SnowflakeLayoutMismatch(t *testing.T) {
 	}
 	if err := run(ctx, []string{"serve", "--data-dir", dir, "--snowflake-bits", "41/10/13"}, io.Discard, &stderr); err == nil {
 		t.Fatal("serve with bits summing to 64 started")
+	}
+}
+
+// TestSnowflake_Chaos runs four real processes on two worker IDs (so half
+// of them wait for one) while a seeded chaos loop pauses one past its lease
+// (SIGSTOP, SIGCONT), kills one (SIGKILL) or stops one (SIGTERM) and starts
+// it again. Two clients per process ask for IDs all along, each from one
+// process (restarts included); every acknowledged ID goes through the
+// checker: no duplicate, and each client's IDs increase.
+func TestSnowflake_Chaos(t *testing.T) {
+	dir, bin, url := snowflakeSetup(t, "")
+	names := []string{"p0", "p1", "p2", "p3"}
+	procs := snowflakeProcs(t, bin, url, dir, names...)
+	for _, p := range procs {
+		p.start(t)
+	}
+	c := checker.New()
+	var collectors []*collector
+	for i, p := range procs {
+		for j := range 2 {
+			collectors = append(collectors, collect(p, c, fmt.Sprintf("%s-client%d", names[i], j)))
+		}
+	}
+	rng := rand.New(rand.NewPCG(11, 0))
+	var events []string
+	for range 6 {
+		p := procs[rng.IntN(len(procs))]
+		switch kind := rng.IntN(3); kind {
+		case 0:
+			p.cmd.Process.Signal(syscall.SIGSTOP)
+			time.Sleep(2500 * time.Millisecond) // past the 2 s lease
+			p.cmd.Process.Signal(syscall.SIGCONT)
+			events = append(events, p.instance+" paused")
+		case 1, 2:
+			sig := map[int]syscall.Signal{1: syscall.SIGKILL, 2: syscall.SIGTERM}[kind]
+			p.stop(t, sig)
+			p.start(t)
+			events = append(events, fmt.Sprintf("%s %v and restarted", p.instance, sig))
+		}
+		time.Sleep(time.Duration(300+rng.IntN(700)) * time.Millisecond)
+	}
+	// After the chaos, both worker IDs are held and serve again: the
+	// clients of their holders get IDs.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		serving := 0
+		for i, p := range procs {
+			if st := snowflakeState(t, p); st.Serving {
+				serving++
+				collectors[2*i].waitIDs(t, 100)
+			}
+		}
+		if serving == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d processes serve after the chaos, want 2", serving)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, k := range collectors {
+		k.halt()
+	}
+	for _, p := range procs {
+		p.stop(t, syscall.SIGTERM)
+	}
+	r := c.Report()
+	t.Logf("events: %v\n%s", events, r)
+	if !r.Valid() || r.IDs() < 10_000 {
+		t.Fatalf("want valid, at least 10,000 ids:\n%s", r)
 	}
 }
