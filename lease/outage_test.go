@@ -27,12 +27,12 @@ import (
 )
 
 // leaseTTL is the lease of the outage tests.
-const leaseTTL = 3 * time.Second
+const leaseTTL = 4 * time.Second
 
 // twoWorkers is a layout with worker IDs 0 and 1.
 var twoWorkers = snowflake.Layout{Epoch: snowflake.DefaultEpoch, TimeBits: 50, WorkerBits: 1, SequenceBits: 12}
 
-// nodeConfig: a 3 s lease renewed every 400 ms, a 200 ms margin.
+// nodeConfig: a 4 s lease renewed every 400 ms, a 200 ms margin.
 func nodeConfig(store snowflake.LeaseStore, holder string) snowflake.Config {
 	return snowflake.Config{Layout: twoWorkers, Store: store, Holder: holder, TTL: leaseTTL,
 		RenewEvery: 400 * time.Millisecond, Margin: 200 * time.Millisecond,
@@ -164,7 +164,7 @@ func waitUntil(t *testing.T, limit time.Duration, what string, cond func() bool)
 }
 
 // TestNode_DatabaseOutage cuts the database off from one instance, behind a
-// blackholing proxy, for less and for more than the lease TTL (3 s).
+// blackholing proxy, for less and for more than the lease TTL (4 s).
 //
 // Shorter: the instance keeps issuing IDs all through, on the same lease.
 // Longer: its window ends a margin before the lease expires and it refuses;
@@ -180,7 +180,7 @@ func TestNode_DatabaseOutage(t *testing.T) {
 		outage time.Duration
 	}{
 		{"shorter than the ttl", time.Second},
-		{"longer than the ttl", 5 * time.Second},
+		{"longer than the ttl", 5500 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dbURL := pgtest.Shared(t).NewDatabase(t)
@@ -193,8 +193,10 @@ func TestNode_DatabaseOutage(t *testing.T) {
 				t.Fatalf("workers: cut %d, other %d", cut.Stats().Worker, other.Stats().Worker)
 			}
 			stopCut, stopOther := hammer(cut, c, "cut"), hammer(other, c, "other")
-			time.Sleep(300 * time.Millisecond) // load before the outage
-
+			// Load before the outage; cut it just after a renewal, so that
+			// the shorter outage has the whole lease to ride through.
+			renewed := cut.Stats().Renewals
+			waitUntil(t, 10*time.Second, "a renewal before the outage", func() bool { return cut.Stats().Renewals > renewed })
 			px.down(t)
 			begin := time.Now()
 			var successor *snowflake.Node
