@@ -50,6 +50,9 @@ func toAPIError(err error) *apiError {
 	if errors.As(err, &ae) {
 		return ae
 	}
+	if ae, ok := snowflakeAPIError(err); ok {
+		return ae
+	}
 	switch {
 	case errors.Is(err, allocator.ErrInvalidTag):
 		return badRequest(CodeInvalidTag, err.Error())

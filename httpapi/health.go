@@ -32,6 +32,8 @@ type Health struct {
 	Reasons  []string       `json:"reasons"`
 	Database DatabaseHealth `json:"database"`
 	Tags     []TagHealth    `json:"tags"`
+	// Snowflake is the Snowflake mode's state; absent when it is off.
+	Snowflake *SnowflakeHealth `json:"snowflake,omitempty"`
 }
 
 // DatabaseHealth reports whether the store answered a ping.
@@ -128,7 +130,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 //     tag's next range is late, a load failed since the last success, or a
 //     range was refused or a rollback repaired since the instance started
 //     (the database went back in time: an operator must look, so it
-//     sticks);
+//     sticks), or Snowflake mode is on and cannot issue IDs;
 //   - ok otherwise.
 //
 // Reasons lists every cause, so that a dashboard can say what is wrong.
@@ -181,6 +183,16 @@ func (s *Server) health(ctx context.Context, stats []segment.Stats, asked bool) 
 	}
 	if !asked && loaded == 0 && !h.Database.Reachable {
 		serving = false
+	}
+	// Snowflake IDs that cannot be issued degrade the instance: segment IDs
+	// are still served.
+	if s.cfg.Snowflake != nil {
+		sh := snowflakeHealth(s.cfg.Snowflake.Stats())
+		h.Snowflake = &sh
+		if !sh.Serving {
+			troubled = true
+			reason("snowflake: not serving (%s)", sh.State)
+		}
 	}
 	switch {
 	case !serving:

@@ -44,6 +44,9 @@ type Config struct {
 	Metrics *Metrics
 	Logger  *slog.Logger
 	Now     func() time.Time
+	// Snowflake serves /snowflake, /snowflakes and /snowflake/parse, and
+	// adds its state to /id/health and /metrics; nil leaves them out.
+	Snowflake Snowflake
 }
 
 // Server is the HTTP API. It is an http.Handler.
@@ -93,6 +96,9 @@ func NewServer(cfg Config) *Server {
 	r.Get("/id/health", s.handleHealth)
 	r.Get("/id/dashboard", handleDashboard)
 	r.Method(http.MethodGet, "/metrics", cfg.Metrics.handler())
+	if cfg.Snowflake != nil {
+		s.mountSnowflake(r)
+	}
 	s.router = r
 	return s
 }

@@ -49,11 +49,15 @@ func runDrill(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	concurrency := fs.Int("concurrency", 32, "clients asking at once; each talks to one target")
 	count := fs.Int("count", 1, "ids per request: 1 uses /id, more uses /ids")
 	timeout := fs.Duration("request-timeout", 10*time.Second, "bound on one request")
+	snowflakeIDs := fs.Bool("snowflake", false, "ask for Snowflake ids (/snowflake, or /snowflakes with --count) instead of a tag's")
 	if _, err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if len(tags) == 0 {
 		tags = stringList{"order"}
+	}
+	if *snowflakeIDs {
+		tags = stringList{snowflakeTag}
 	}
 	if len(targets) == 0 || *concurrency < 1 || *count < 1 || *duration <= 0 {
 		fs.Usage()
@@ -264,6 +268,12 @@ func fetchIDs(ctx context.Context, client *http.Client, target, tag string, n in
 	if n > 1 {
 		u = target + "/ids?biz_tag=" + url.QueryEscape(tag) + "&count=" + strconv.Itoa(n)
 	}
+	if tag == snowflakeTag {
+		u = target + "/snowflake"
+		if n > 1 {
+			u = target + "/snowflakes?count=" + strconv.Itoa(n)
+		}
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, err
@@ -299,6 +309,10 @@ func fetchIDs(ctx context.Context, client *http.Client, target, tag string, n in
 	}
 	return ids, nil
 }
+
+// snowflakeTag names the Snowflake IDs in a drill: not a valid biz_tag, so
+// it cannot be mistaken for one.
+const snowflakeTag = "(snowflake)"
 
 // errKind shortens a transport error so that the report groups alike ones.
 func errKind(err error) string {

@@ -32,8 +32,10 @@ Usage:
   idmint tag set-step NAME STEP [--max-step N]
   idmint tag bump NAME (--to N | --by N)  raise max_id after a database restore
   idmint healthcheck [--url URL]         exit 0 if /id/health answers 200
-  idmint drill --target URL [--target URL …] [--biz-tag T] [--duration D] [--concurrency N]
+  idmint drill --target URL [--target URL …] [--biz-tag T | --snowflake] [--duration D] [--concurrency N]
                                          ask instances for IDs, check none repeats
+  idmint snowflake parse ID [--snowflake-bits B] [--snowflake-epoch T]
+                                         decode a snowflake id: time, worker id, sequence
   idmint version
 
 Every flag has an environment equivalent: --database-url is IDMINT_DATABASE_URL,
@@ -57,6 +59,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runHealthcheck(ctx, rest, stdout, stderr)
 	case "drill":
 		return runDrill(ctx, rest, stdout, stderr)
+	case "snowflake":
+		return runSnowflake(ctx, rest, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "idmint", version())
 		return nil

@@ -33,6 +33,7 @@ type serveConfig struct {
 	pruneAfter      time.Duration
 	accessLog       bool
 	log             logConfig
+	snowflake       snowflakeConfig
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -53,6 +54,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&c.pruneAfter, "prune-after", 7*24*time.Hour, fmt.Sprintf("delete segment-log rows older than this (0 keeps them; at least %v)", minPruneAfter))
 	fs.BoolVar(&c.accessLog, "access-log", true, "log one line per HTTP request")
 	c.log.register(fs)
+	c.snowflake.register(fs)
 	if _, err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -94,6 +96,11 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) error {
 			OnLoad:      metrics.ObserveLoad,
 		},
 	})
+	node, err := startSnowflake(ctx, c.snowflake, store, c.instance, logger)
+	if err != nil {
+		alloc.Close(ctx)
+		return err
+	}
 	api := httpapi.NewServer(httpapi.Config{
 		Allocator:      alloc,
 		Instance:       c.instance,
@@ -102,6 +109,7 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) error {
 		AccessLog:      c.accessLog,
 		Metrics:        metrics,
 		Logger:         logger,
+		Snowflake:      snowflakeAPI(node),
 	})
 	srv := &http.Server{
 		Handler:           api,
@@ -111,6 +119,7 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) error {
 	}
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
+		closeSnowflake(ctx, node, logger)
 		alloc.Close(ctx)
 		return fmt.Errorf("listen on %s: %w", c.listen, err)
 	}
@@ -139,6 +148,7 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) error {
 	wg.Wait()
 	cctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
 	defer cancel()
+	closeSnowflake(cctx, node, logger)
 	alloc.Close(cctx)
 	logger.Info("idmint stopped")
 	return err

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/httpapi"
+	"github.com/idmint/idmint/lease"
+	"github.com/idmint/idmint/snowflake"
+)
+
+// snowflakeConfig holds the Snowflake flags.
+type snowflakeConfig struct {
+	enabled    bool
+	bits       string
+	epoch      string
+	ttl        time.Duration
+	renewEvery time.Duration
+	margin     time.Duration
+	maxWait    time.Duration
+}
+
+// registerLayout adds the flags that choose the layout.
+func (c *snowflakeConfig) registerLayout(fs *flag.FlagSet) {
+	fs.StringVar(&c.bits, "snowflake-bits", snowflake.DefaultLayout().Bits(), "snowflake layout: TIME/WORKER/SEQUENCE bits, summing to 63")
+	fs.StringVar(&c.epoch, "snowflake-epoch", snowflake.DefaultEpoch.Format(time.RFC3339), "snowflake epoch: the time of millisecond 0 (RFC 3339)")
+}
+
+// register adds every Snowflake flag of serve.
+func (c *snowflakeConfig) register(fs *flag.FlagSet) {
+	fs.BoolVar(&c.enabled, "snowflake", true, "serve /snowflake: time-ordered ids with a worker id leased from the database")
+	c.registerLayout(fs)
+	fs.DurationVar(&c.ttl, "snowflake-lease-ttl", time.Minute, "how long a worker id lease lasts unrenewed: the database outage snowflake ids ride through")
+	fs.DurationVar(&c.renewEvery, "snowflake-renew-every", 0, "how often the lease is renewed (default ttl/6)")
+	fs.DurationVar(&c.margin, "snowflake-margin", time.Second, "safety margin between lease windows, and the largest clock difference with the database tolerated")
+	fs.DurationVar(&c.maxWait, "snowflake-max-wait", 0, "longest a request waits for a clock that went backwards (default the margin)")
+}
+
+// layout returns the layout the flags describe, validated.
+func (c *snowflakeConfig) layout() (snowflake.Layout, error) {
+	epoch, err := time.Parse(time.RFC3339Nano, c.epoch)
+	if err != nil {
+		return snowflake.Layout{}, fmt.Errorf("--snowflake-epoch %q: want an RFC 3339 time such as 2025-01-01T00:00:00Z", c.epoch)
+	}
+	l := snowflake.Layout{Epoch: epoch.UTC()}
+	if err := l.ParseBits(c.bits); err != nil {
+		return snowflake.Layout{}, fmt.Errorf("--snowflake-bits/--snowflake-epoch: %w", err)
+	}
+	return l, nil
+}
+
+// startSnowflake leases a worker ID from the store (or keeps trying in the
+// background) and returns the node; nil when the mode is off.
+func startSnowflake(ctx context.Context, c snowflakeConfig, store *openedStore, holder string, logger *slog.Logger) (*snowflake.Node, error) {
+	if !c.enabled {
+		return nil, nil
+	}
+	layout, err := c.layout()
+	if err != nil {
+		return nil, err
+	}
+	var leases snowflake.LeaseStore
+	switch s := store.store.(type) {
+	case *allocator.Postgres:
+		leases = lease.NewPostgres(s.Pool())
+	case *allocator.SQLite:
+		leases = lease.NewSQLite(s.DB())
+	default:
+		return nil, fmt.Errorf("snowflake: no worker-id leases in a %T", store.store)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return snowflake.Start(ctx, snowflake.Config{
+		Layout: layout, Store: leases, Holder: holder,
+		TTL: c.ttl, RenewEvery: c.renewEvery, Margin: c.margin, MaxWait: c.maxWait,
+		Logger: logger,
+	})
+}
+
+// runSnowflake is `idmint snowflake parse ID`.
+func runSnowflake(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	const synopsis = "idmint snowflake parse ID [--snowflake-bits B] [--snowflake-epoch T]"
+	if len(args) == 0 || args[0] != "parse" {
+		fmt.Fprintf(stderr, "Usage: %s\n", synopsis)
+		return errUsage
+	}
+	var c snowflakeConfig
+	fs := newFlagSet("snowflake parse", synopsis, stderr)
+	c.registerLayout(fs)
+	pos, err := parseFlags(fs, args[1:])
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return errUsage
+	}
+	layout, err := c.layout()
+	if err != nil {
+		return err
+	}
+	p, err := httpapi.ParseSnowflake(layout, pos[0])
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(p)
+}
+
+// snowflakeAPI is node for httpapi.Config: a nil node is no Snowflake.
+func snowflakeAPI(node *snowflake.Node) httpapi.Snowflake {
+	if node == nil {
+		return nil
+	}
+	return node
+}
+
+// closeSnowflake releases the worker ID, if any, after the last request.
+func closeSnowflake(ctx context.Context, node *snowflake.Node, logger *slog.Logger) {
+	if node == nil {
+		return
+	}
+	if err := node.Close(ctx); err != nil {
+		logger.Warn("snowflake: worker id not released; it frees up when its lease expires", "err", err)
+	}
+}

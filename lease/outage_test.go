@@ -1,0 +1,270 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	toxiproxy "github.com/Shopify/toxiproxy/v2"
+	"github.com/Shopify/toxiproxy/v2/collectors"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/internal/checker"
+	"github.com/idmint/idmint/internal/pgtest"
+	"github.com/idmint/idmint/lease"
+	"github.com/idmint/idmint/migrations"
+	"github.com/idmint/idmint/snowflake"
+)
+
+// leaseTTL is the lease of the outage tests.
+const leaseTTL = 4 * time.Second
+
+// twoWorkers is a layout with worker IDs 0 and 1.
+var twoWorkers = snowflake.Layout{Epoch: snowflake.DefaultEpoch, TimeBits: 50, WorkerBits: 1, SequenceBits: 12}
+
+// nodeConfig: a 4 s lease renewed every 400 ms, a 200 ms margin.
+func nodeConfig(store snowflake.LeaseStore, holder string) snowflake.Config {
+	return snowflake.Config{Layout: twoWorkers, Store: store, Holder: holder, TTL: leaseTTL,
+		RenewEvery: 400 * time.Millisecond, Margin: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+}
+
+func startNode(t *testing.T, cfg snowflake.Config) *snowflake.Node {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n, err := snowflake.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		n.Close(ctx)
+	})
+	return n
+}
+
+// pgLeases connects a lease store to dbURL with a pool of its own.
+func pgLeases(t *testing.T, dbURL string) *lease.Postgres {
+	t.Helper()
+	s, err := allocator.OpenPostgres(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return lease.NewPostgres(s.Pool())
+}
+
+// blackhole is a TCP proxy in front of PostgreSQL that can swallow all
+// traffic both ways, connections left open: the worst kind of outage.
+type blackhole struct {
+	*toxiproxy.Proxy
+	url string
+}
+
+func newBlackhole(t *testing.T, dbURL string) *blackhole {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
+	srv.Metrics.ProxyMetrics = collectors.NewProxyMetricCollectors()
+	p := toxiproxy.NewProxy(srv, "postgres", "127.0.0.1:0", u.Host)
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Stop)
+	u.Host = p.Listen
+	return &blackhole{Proxy: p, url: u.String()}
+}
+
+func (b *blackhole) down(t *testing.T) {
+	t.Helper()
+	for _, stream := range []string{"upstream", "downstream"} {
+		js := fmt.Sprintf(`{"name":"cut-%s","type":"timeout","stream":%q,"toxicity":1,"attributes":{"timeout":0}}`, stream, stream)
+		if _, err := b.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (b *blackhole) up(t *testing.T) {
+	t.Helper()
+	for _, stream := range []string{"upstream", "downstream"} {
+		if err := b.Toxics.RemoveToxic(context.Background(), "cut-"+stream); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// hammer asks n for IDs until stopped, acknowledging them to c as client;
+// stop returns the IDs and the errors met, by kind.
+func hammer(n *snowflake.Node, c *checker.Checker, client string) (stop func() ([]int64, map[string]int)) {
+	var (
+		ids    []int64
+		errs   = map[string]int{}
+		done   = make(chan struct{})
+		halted = make(chan struct{})
+	)
+	go func() {
+		defer close(halted)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			batch, err := n.NextN(ctx, 10)
+			cancel()
+			c.Attempt()
+			if err != nil {
+				c.Fail(err)
+				for _, kind := range []error{snowflake.ErrNoWorker, snowflake.ErrLeaseExpired, snowflake.ErrClockSkew, snowflake.ErrClockBackwards} {
+					if errors.Is(err, kind) {
+						errs[kind.Error()]++
+					}
+				}
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			c.Ack(client, "snowflake", batch...)
+			ids = append(ids, batch...)
+		}
+	}()
+	var once sync.Once
+	return func() ([]int64, map[string]int) {
+		once.Do(func() { close(done); <-halted })
+		return ids, errs
+	}
+}
+
+// waitUntil polls cond every 10 ms for at most limit.
+func waitUntil(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestNode_DatabaseOutage cuts the database off from one instance, behind a
+// blackholing proxy, for less and for more than the lease TTL (4 s).
+//
+// Shorter: the instance keeps issuing IDs all through, on the same lease.
+// Longer: its window ends a margin before the lease expires and it refuses;
+// another instance takes the worker ID after the expiry and issues IDs above
+// the old window; when the database comes back the first finds its lease
+// lost and, no worker ID being free, serves none. No ID twice throughout.
+func TestNode_DatabaseOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("outage")
+	}
+	for _, tc := range []struct {
+		name   string
+		outage time.Duration
+	}{
+		{"shorter than the ttl", time.Second},
+		{"longer than the ttl", 5500 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dbURL := pgtest.Shared(t).NewDatabase(t)
+			migratePG(t, dbURL)
+			px := newBlackhole(t, dbURL)
+			c := checker.New()
+			cut := startNode(t, nodeConfig(pgLeases(t, px.url), "cut"))
+			other := startNode(t, nodeConfig(pgLeases(t, dbURL), "other"))
+			if cut.Stats().Worker != 0 || other.Stats().Worker != 1 {
+				t.Fatalf("workers: cut %d, other %d", cut.Stats().Worker, other.Stats().Worker)
+			}
+			stopCut, stopOther := hammer(cut, c, "cut"), hammer(other, c, "other")
+			// Load before the outage; cut it just after a renewal, so that
+			// the shorter outage has the whole lease to ride through.
+			renewed := cut.Stats().Renewals
+			waitUntil(t, 10*time.Second, "a renewal before the outage", func() bool { return cut.Stats().Renewals > renewed })
+			px.down(t)
+			begin := time.Now()
+			var successor *snowflake.Node
+			var stopSuccessor func() ([]int64, map[string]int)
+			if tc.outage > leaseTTL {
+				successor = startNode(t, nodeConfig(pgLeases(t, dbURL), "successor"))
+				waitUntil(t, 10*time.Second, "the successor to take worker 0", func() bool { return successor.Stats().Worker == 0 })
+				stopSuccessor = hammer(successor, c, "successor")
+			}
+			time.Sleep(tc.outage - time.Since(begin))
+			px.up(t)
+
+			if successor == nil {
+				// Renewals resume on the same lease.
+				renewals := cut.Stats().Renewals
+				waitUntil(t, 10*time.Second, "a renewal after the outage", func() bool { return cut.Stats().Renewals > renewals })
+			} else {
+				waitUntil(t, 10*time.Second, "the cut instance to find its lease lost", func() bool { return cut.Stats().Losses == 1 })
+				time.Sleep(300 * time.Millisecond) // load after the outage
+			}
+			cutIDs, cutErrs := stopCut()
+			_, otherErrs := stopOther()
+			st := cut.Stats()
+			r := c.Report()
+			t.Logf("cut: %d ids, refusals %v, stats %+v; other refusals %v\n%s", len(cutIDs), cutErrs, st, otherErrs, r)
+			if !r.Valid() {
+				t.Fatalf("duplicates or order violations:\n%s", r)
+			}
+			if len(otherErrs) != 0 {
+				t.Errorf("the instance that kept its database refused: %v", otherErrs)
+			}
+			if successor == nil {
+				if len(cutErrs) != 0 || st.Epoch != 1 || st.Worker != 0 || st.RenewFailures == 0 {
+					t.Fatalf("an outage shorter than the lease: refusals %v, stats %+v", cutErrs, st)
+				}
+				return
+			}
+			succIDs, _ := stopSuccessor()
+			if cutErrs[snowflake.ErrLeaseExpired.Error()] == 0 || st.Worker != -1 || !errors.Is(st.Serving, snowflake.ErrNoWorker) {
+				t.Fatalf("an outage longer than the lease: refusals %v, stats %+v", cutErrs, st)
+			}
+			if len(succIDs) == 0 {
+				t.Fatal("the successor issued nothing")
+			}
+			var lastCut int64
+			for _, id := range cutIDs {
+				p, _ := twoWorkers.Parse(id)
+				lastCut = max(lastCut, p.UnixMilli)
+			}
+			for _, id := range succIDs {
+				if p, _ := twoWorkers.Parse(id); p.Worker != 0 || p.UnixMilli <= lastCut {
+					t.Fatalf("successor id %+v not after the cut instance's last millisecond %d", p, lastCut)
+				}
+			}
+		})
+	}
+}
+
+func migratePG(t *testing.T, dbURL string) {
+	t.Helper()
+	s, err := allocator.OpenPostgres(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	db := stdlib.OpenDBFromPool(s.Pool())
+	defer db.Close()
+	if _, err := migrations.Up(context.Background(), db, migrations.PostgreSQL, nil); err != nil {
+		t.Fatal(err)
+	}
+}

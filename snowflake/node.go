@@ -1,0 +1,372 @@
+package snowflake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// LeaseStore leases worker IDs: rows in the database, one per worker ID,
+// holding the holder, a fencing epoch, the expiry and a time floor.
+type LeaseStore interface {
+	// Prepare records the layout (or checks the one recorded: another
+	// layout is ErrLayoutMismatch) and creates a row for every worker ID.
+	Prepare(ctx context.Context, l Layout) error
+	// Acquire takes one free or expired worker ID, in one atomic step that
+	// bumps its epoch, sets its expiry to the database's time plus TTL and
+	// its time floor to the new window's end. Lease.Start is after the time
+	// floor left by the previous holder (plus the margin when that holder
+	// did not release it). ErrAllHeld when every worker ID is held.
+	Acquire(ctx context.Context, req AcquireRequest) (Lease, error)
+	// Renew extends a lease held with the same epoch to the database's time
+	// plus TTL and raises the time floor to the window's new end;
+	// ErrLeaseLost when the worker ID has another holder or was released.
+	Renew(ctx context.Context, l Lease, ttl, margin time.Duration) (Lease, error)
+	// Release frees the worker ID and sets its time floor to floor, the last
+	// millisecond used; ErrLeaseLost when it was not held anymore.
+	Release(ctx context.Context, l Lease, floor int64) error
+}
+
+// AcquireRequest asks a LeaseStore for a worker ID.
+type AcquireRequest struct {
+	Holder    string
+	MaxWorker int64 // worker IDs 0…MaxWorker are eligible
+	TTL       time.Duration
+	Margin    time.Duration
+}
+
+// Lease is a worker ID held until Expires, by the database's clock. Times
+// are Unix milliseconds.
+type Lease struct {
+	Worker, Epoch int64
+	Holder        string
+	// Start is the first millisecond the holder may use.
+	Start int64
+	// Expires is when the lease ends unless renewed.
+	Expires int64
+	// DBTime is the database's clock when it granted or renewed the lease.
+	DBTime int64
+}
+
+// MaxHolder is the longest holder name a lease row takes.
+const MaxHolder = 200
+
+// Config configures a Node. Zero fields take the defaults named.
+type Config struct {
+	Layout Layout
+	Store  LeaseStore
+	// Holder names this instance in the lease rows.
+	Holder string
+	// TTL is how long a lease lasts without renewal (default 1m): the
+	// longest database outage that Snowflake IDs ride through, and how long
+	// the worker ID of a killed instance stays taken.
+	TTL time.Duration
+	// RenewEvery is how often the lease is renewed (default TTL/6); at most
+	// (TTL-Margin)/2, so that one failed renewal costs nothing.
+	RenewEvery time.Duration
+	// Margin (default 1s) ends the lease window that much before the lease
+	// expires, starts the next holder's that much after, and is the largest
+	// clock difference with the database that is tolerated.
+	Margin time.Duration
+	// MaxWait bounds a request's wait for the clock after a backwards step
+	// (default Margin).
+	MaxWait time.Duration
+	Clock   Clock
+	Logger  *slog.Logger
+}
+
+func (c *Config) setDefaults() error {
+	if c.Store == nil {
+		return errors.New("snowflake: no lease store")
+	}
+	if len(c.Holder) > MaxHolder {
+		return fmt.Errorf("snowflake: holder name of %d bytes: at most %d", len(c.Holder), MaxHolder)
+	}
+	if err := c.Layout.Validate(); err != nil {
+		return err
+	}
+	if c.TTL <= 0 {
+		c.TTL = time.Minute
+	}
+	if c.Margin <= 0 {
+		c.Margin = time.Second
+	}
+	if c.RenewEvery <= 0 {
+		c.RenewEvery = c.TTL / 6
+	}
+	if c.MaxWait <= 0 {
+		c.MaxWait = c.Margin
+	}
+	if c.Clock == nil {
+		c.Clock = NewMonotonicClock()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Margin.Milliseconds() < 1 || c.TTL < 4*c.Margin {
+		return fmt.Errorf("snowflake: lease ttl %v and margin %v: want a margin of 1ms or more and a ttl of 4 margins or more", c.TTL, c.Margin)
+	}
+	if c.RenewEvery > (c.TTL-c.Margin)/2 {
+		return fmt.Errorf("snowflake: renewing every %v with a ttl of %v and a margin of %v: renew at most every (ttl-margin)/2", c.RenewEvery, c.TTL, c.Margin)
+	}
+	return nil
+}
+
+// Node is one instance's Snowflake generator with its leased worker ID: it
+// acquires a worker ID, renews it in the background, and releases it on
+// Close. While it holds none it keeps trying, and requests fail with
+// ErrNoWorker.
+type Node struct {
+	cfg Config
+	gen *Generator
+
+	stop context.CancelFunc
+	done chan struct{} // closed when the lease loop has ended
+
+	mu           sync.Mutex // protects the fields below
+	lease        *Lease     // nil while none is held
+	localExpiry  time.Time  // the lease's expiry by the clock
+	offset       time.Duration
+	acquisitions int64
+	renewals     int64
+	renewFails   int64
+	lost         int64
+	lastErr      error
+	lastAlarm    time.Time // the last clock-backwards alarm logged
+}
+
+// Start checks the layout against the store's, tries once to lease a worker
+// ID, and keeps the lease (or keeps trying) in the background until Close.
+// It fails on a layout mismatch or when the store cannot be prepared.
+func Start(ctx context.Context, cfg Config) (*Node, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	gen, err := NewGenerator(cfg.Layout, cfg.Clock, cfg.MaxWait)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Store.Prepare(ctx, cfg.Layout); err != nil {
+		return nil, fmt.Errorf("snowflake leases: %w", err)
+	}
+	n := &Node{cfg: cfg, gen: gen, done: make(chan struct{})}
+	wait := n.acquire(ctx)
+	bg, stop := context.WithCancel(context.Background())
+	n.stop = stop
+	go n.run(bg, wait)
+	return n, nil
+}
+
+// run keeps the lease until ctx ends.
+func (n *Node) run(ctx context.Context, wait time.Duration) {
+	defer close(n.done)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n.holding() {
+			wait = n.renew(ctx)
+		} else {
+			wait = n.acquire(ctx)
+		}
+		t.Reset(wait)
+	}
+}
+
+func (n *Node) holding() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.lease != nil
+}
+
+// acquire tries to lease a worker ID and returns when to act next.
+func (n *Node) acquire(ctx context.Context) time.Duration {
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.RenewEvery)
+	defer cancel()
+	sent := n.cfg.Clock.Now()
+	l, err := n.cfg.Store.Acquire(ctx, AcquireRequest{
+		Holder: n.cfg.Holder, MaxWorker: n.cfg.Layout.MaxWorker(), TTL: n.cfg.TTL, Margin: n.cfg.Margin,
+	})
+	got := n.cfg.Clock.Now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if err != nil {
+		if n.lastErr == nil || errors.Is(err, ErrAllHeld) != errors.Is(n.lastErr, ErrAllHeld) {
+			n.cfg.Logger.Warn("snowflake: no worker id leased; serving no snowflake ids, retrying", "every", n.cfg.RenewEvery, "err", err)
+		}
+		n.lastErr = err
+		return n.cfg.RenewEvery
+	}
+	n.acquisitions++
+	n.lease = &l
+	n.cfg.Logger.Info("snowflake: worker id leased", "worker_id", l.Worker, "epoch", l.Epoch, "ttl", n.cfg.TTL)
+	n.installLocked(l, sent, got)
+	return n.cfg.RenewEvery
+}
+
+// renew renews the lease held and returns when to act next.
+func (n *Node) renew(ctx context.Context) time.Duration {
+	n.mu.Lock()
+	held := *n.lease
+	n.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.RenewEvery)
+	defer cancel()
+	sent := n.cfg.Clock.Now()
+	l, err := n.cfg.Store.Renew(ctx, held, n.cfg.TTL, n.cfg.Margin)
+	got := n.cfg.Clock.Now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch {
+	case errors.Is(err, ErrLeaseLost):
+		n.gen.Revoke()
+		n.lease, n.lastErr = nil, err
+		n.lost++
+		n.cfg.Logger.Error("snowflake: worker lease lost to another instance; leasing another", "worker_id", held.Worker, "epoch", held.Epoch)
+		return 0
+	case err != nil:
+		n.renewFails++
+		n.lastErr = err
+		n.cfg.Logger.Warn("snowflake: lease renewal failed; serving until the window ends", "worker_id", held.Worker,
+			"window_left", n.localExpiry.Sub(got)-n.cfg.Margin, "err", err)
+		return n.cfg.RenewEvery / 2
+	}
+	n.renewals++
+	n.lease = &l
+	n.installLocked(l, sent, got)
+	return n.cfg.RenewEvery
+}
+
+// installLocked hands the lease's window to the generator, and suspends the
+// generator while the clocks differ by more than the margin.
+func (n *Node) installLocked(l Lease, sent, got time.Time) {
+	mid := sent.Add(got.Sub(sent) / 2)
+	n.offset = time.Duration(l.DBTime-mid.UnixMilli()) * time.Millisecond
+	n.localExpiry = sent.Add(n.cfg.TTL)
+	n.lastErr = nil
+	margin := n.cfg.Margin.Milliseconds()
+	if err := n.gen.Install(Window{
+		Worker: l.Worker, Epoch: l.Epoch,
+		Start: l.Start, End: l.Expires - margin,
+		Deadline: sent.Add(n.cfg.TTL - n.cfg.Margin),
+	}); err != nil {
+		// A store bug: a worker ID outside the layout. Issue nothing, and
+		// let the lease expire.
+		n.gen.Revoke()
+		n.lease = nil
+		n.lastErr = err
+		n.cfg.Logger.Error("snowflake: lease refused", "err", err)
+		return
+	}
+	// The offset is known to within half the round trip: refuse only when
+	// the clocks certainly differ by more than the margin, so that a slow
+	// database does not pass for a wrong clock.
+	if n.offset.Abs()-got.Sub(sent)/2 > n.cfg.Margin {
+		err := fmt.Errorf("%w: the database's clock is %v ahead of this instance's, the margin is %v", ErrClockSkew, n.offset, n.cfg.Margin)
+		n.gen.Suspend(err)
+		n.lastErr = err
+		n.cfg.Logger.Error("snowflake: clock skew; serving no snowflake ids until it is within the margin", "offset", n.offset, "margin", n.cfg.Margin)
+		return
+	}
+	n.gen.Suspend(nil)
+}
+
+// Next returns one ID.
+func (n *Node) Next(ctx context.Context) (int64, error) {
+	id, err := n.gen.Next(ctx)
+	if err != nil {
+		n.alarm(err)
+	}
+	return id, err
+}
+
+// NextN returns n increasing IDs.
+func (n *Node) NextN(ctx context.Context, count int) ([]int64, error) {
+	ids, err := n.gen.NextN(ctx, count)
+	if err != nil {
+		n.alarm(err)
+	}
+	return ids, err
+}
+
+// alarm logs a clock that went backwards beyond the longest wait, once a
+// second at most: an operator must look at the clock.
+func (n *Node) alarm(err error) {
+	if !errors.Is(err, ErrClockBackwards) {
+		return
+	}
+	now := time.Now()
+	n.mu.Lock()
+	due := now.Sub(n.lastAlarm) >= time.Second
+	if due {
+		n.lastAlarm = now
+	}
+	n.mu.Unlock()
+	if due {
+		n.cfg.Logger.Error("snowflake: clock went backwards beyond the longest wait; refusing ids rather than risking a duplicate", "err", err)
+	}
+}
+
+// Layout returns the node's layout.
+func (n *Node) Layout() Layout { return n.cfg.Layout }
+
+// Close stops renewing and releases the worker ID, recording the last
+// millisecond used as its time floor. No ID is issued after Close begins.
+func (n *Node) Close(ctx context.Context) error {
+	n.stop()
+	<-n.done
+	floor := n.gen.Revoke()
+	n.mu.Lock()
+	l := n.lease
+	n.lease = nil
+	n.mu.Unlock()
+	if l == nil {
+		return nil
+	}
+	if err := n.cfg.Store.Release(ctx, *l, floor); err != nil {
+		return fmt.Errorf("release snowflake worker id %d: %w", l.Worker, err)
+	}
+	n.cfg.Logger.Info("snowflake: worker id released", "worker_id", l.Worker, "epoch", l.Epoch)
+	return nil
+}
+
+// Stats is a snapshot of a Node.
+type Stats struct {
+	GeneratorStats
+	Layout Layout
+	Holder string
+	// Worker and Epoch are the lease held; -1 and 0 when none.
+	Worker, Epoch int64
+	// LeaseRemaining is the time left before the lease expires, by the
+	// clock; zero when none is held.
+	LeaseRemaining time.Duration
+	// ClockOffset is the database's clock minus this instance's, measured
+	// at the last acquisition or renewal.
+	ClockOffset time.Duration
+	// Serving is nil when an ID can be issued now, else why not.
+	Serving                                       error
+	Acquisitions, Renewals, RenewFailures, Losses int64
+	LastError                                     error
+}
+
+// Stats returns a snapshot.
+func (n *Node) Stats() Stats {
+	s := Stats{GeneratorStats: n.gen.Stats(), Layout: n.cfg.Layout, Holder: n.cfg.Holder, Worker: -1, Serving: n.gen.Ready()}
+	now := n.cfg.Clock.Now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.lease != nil {
+		s.Worker, s.Epoch = n.lease.Worker, n.lease.Epoch
+		s.LeaseRemaining = max(n.localExpiry.Sub(now), 0)
+	}
+	s.ClockOffset = n.offset
+	s.Acquisitions, s.Renewals, s.RenewFailures, s.Losses = n.acquisitions, n.renewals, n.renewFails, n.lost
+	s.LastError = n.lastErr
+	return s
+}

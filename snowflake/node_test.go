@@ -1,0 +1,191 @@
+package snowflake_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/idmint/idmint/internal/checker"
+	"github.com/idmint/idmint/lease"
+	"github.com/idmint/idmint/snowflake"
+)
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// twoWorkers is a layout with worker IDs 0 and 1.
+func twoWorkers() snowflake.Layout {
+	return snowflake.Layout{Epoch: snowflake.DefaultEpoch, TimeBits: 50, WorkerBits: 1, SequenceBits: 12}
+}
+
+func startNode(tb testing.TB, cfg snowflake.Config) *snowflake.Node {
+	tb.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = quiet()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n, err := snowflake.Start(ctx, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		n.Close(ctx)
+	})
+	return n
+}
+
+// take asks n for count IDs one by one and acknowledges them to c as client.
+func take(tb testing.TB, n *snowflake.Node, c *checker.Checker, client string, count int) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range count {
+		id, err := n.Next(ctx)
+		if err != nil {
+			tb.Fatalf("%s: %v", client, err)
+		}
+		c.Ack(client, "snowflake", id)
+	}
+}
+
+// waitFor polls cond every 10 ms for at most 10 s.
+func waitFor(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestNode_AllWorkerIDsHeld(t *testing.T) {
+	store := lease.NewMemory(nil)
+	cfg := snowflake.Config{Layout: twoWorkers(), Store: store, TTL: 2 * time.Second, Margin: 100 * time.Millisecond, RenewEvery: 200 * time.Millisecond}
+	c := checker.New()
+	cfg.Holder = "a"
+	a := startNode(t, cfg)
+	cfg.Holder = "b"
+	b := startNode(t, cfg)
+	cfg.Holder = "c"
+	extra := startNode(t, cfg)
+	if _, err := extra.Next(context.Background()); !errors.Is(err, snowflake.ErrNoWorker) {
+		t.Fatalf("third node on two worker ids: Next = %v, want ErrNoWorker", err)
+	}
+	if st := extra.Stats(); st.Worker != -1 || st.RefusedNoWorker != 1 || !errors.Is(st.Serving, snowflake.ErrNoWorker) {
+		t.Fatalf("stats of the node without a worker id: %+v", st)
+	}
+	take(t, a, c, "a", 5000)
+	take(t, b, c, "b", 5000)
+	aWorker := a.Stats().Worker
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The extra node keeps trying and takes the released worker ID.
+	waitFor(t, "the extra node to lease the released worker id", func() bool { return extra.Stats().Worker == aWorker })
+	if st := extra.Stats(); st.Epoch != 2 {
+		t.Fatalf("epoch of the second holder: %+v", st)
+	}
+	take(t, extra, c, "c", 5000)
+	take(t, b, c, "b", 5000)
+	check(t, c, 20000)
+}
+
+func TestNode_ClockSkew(t *testing.T) {
+	// The database's clock is 5 s ahead of this instance's.
+	store := lease.NewMemory(func() time.Time { return time.Now().Add(5 * time.Second) })
+	n := startNode(t, snowflake.Config{Layout: twoWorkers(), Store: store, Holder: "a"})
+	if _, err := n.Next(context.Background()); !errors.Is(err, snowflake.ErrClockSkew) {
+		t.Fatalf("Next with the database 5 s ahead = %v, want ErrClockSkew", err)
+	}
+	st := n.Stats()
+	if st.ClockOffset < 4*time.Second || st.ClockOffset > 6*time.Second || st.Worker != 0 || st.RefusedSkew != 1 {
+		t.Fatalf("stats: %+v", st)
+	}
+}
+
+// TestNode_RestartReusesWorkerID: an instance restarted with its clock set
+// back (a host clock stepped back at reboot; the database on the same host
+// sees the same clock) takes its old worker ID again, and its time floor
+// keeps it from reusing a millisecond: a short step back costs a wait, a
+// long one a refusal, never a duplicate.
+func TestNode_RestartReusesWorkerID(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		back   time.Duration
+		refuse bool
+	}{
+		{"1ms back", time.Millisecond, false},
+		{"10s back", 10 * time.Second, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clock := newFakeClock(t0)
+			store := lease.NewMemory(clock.Now)
+			cfg := snowflake.Config{Layout: twoWorkers(), Store: store, Holder: "a", Clock: clock}
+			ids := checker.New()
+			first := startNode(t, cfg)
+			take(t, first, ids, "a", 10_000)
+			st := first.Stats()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := first.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			clock.Add(-c.back)
+			again := startNode(t, cfg)
+			if got := again.Stats(); got.Worker != st.Worker || got.Epoch != st.Epoch+1 {
+				t.Fatalf("restarted: worker %d epoch %d, want worker %d epoch %d", got.Worker, got.Epoch, st.Worker, st.Epoch+1)
+			}
+			if c.refuse {
+				if _, err := again.Next(context.Background()); !errors.Is(err, snowflake.ErrClockBackwards) {
+					t.Fatalf("Next = %v, want ErrClockBackwards", err)
+				}
+				clock.Add(c.back)
+			}
+			take(t, again, ids, "a", 10_000)
+			check(t, ids, 20_000)
+		})
+	}
+}
+
+func TestStart_InvalidConfig(t *testing.T) {
+	store := lease.NewMemory(nil)
+	long := make([]byte, snowflake.MaxHolder+1)
+	for i := range long {
+		long[i] = 'x'
+	}
+	for _, c := range []struct {
+		name string
+		cfg  snowflake.Config
+	}{
+		{"no store", snowflake.Config{Layout: twoWorkers()}},
+		{"invalid layout", snowflake.Config{Layout: snowflake.Layout{TimeBits: 41, WorkerBits: 10, SequenceBits: 13}, Store: store}},
+		{"holder too long", snowflake.Config{Layout: twoWorkers(), Store: store, Holder: string(long)}},
+		{"ttl under 4 margins", snowflake.Config{Layout: twoWorkers(), Store: store, TTL: 3 * time.Second, Margin: time.Second}},
+		{"margin under 1ms", snowflake.Config{Layout: twoWorkers(), Store: store, Margin: time.Microsecond}},
+		{"renewal too rare", snowflake.Config{Layout: twoWorkers(), Store: store, TTL: 10 * time.Second, Margin: time.Second, RenewEvery: 5 * time.Second}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.cfg.Logger = quiet()
+			if n, err := snowflake.Start(context.Background(), c.cfg); err == nil {
+				n.Close(context.Background())
+				t.Fatal("started")
+			}
+		})
+	}
+	// A layout other than the store's: refused at start.
+	startNode(t, snowflake.Config{Layout: twoWorkers(), Store: store, Holder: "a"})
+	other := twoWorkers()
+	other.Epoch = other.Epoch.Add(time.Hour)
+	if _, err := snowflake.Start(context.Background(), snowflake.Config{Layout: other, Store: store, Logger: quiet()}); !errors.Is(err, snowflake.ErrLayoutMismatch) {
+		t.Fatalf("Start with another epoch = %v, want ErrLayoutMismatch", err)
+	}
+}
