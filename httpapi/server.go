@@ -99,6 +99,9 @@ func NewServer(cfg Config) *Server {
 	if cfg.Snowflake != nil {
 		s.mountSnowflake(r)
 	}
+	if g, ok := cfg.Allocator.(SegmentGranter); ok {
+		r.Mount("/v1/segments", s.segmentsRouter(g))
+	}
 	s.router = r
 	return s
 }

@@ -1,0 +1,306 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idmint/idmint/segment"
+)
+
+// Errors returned by a Client.
+var (
+	// ErrUnknownTag means the instances do not know the tag.
+	ErrUnknownTag = errors.New("unknown biz_tag")
+	// ErrInvalidTag means the tag is not a valid name.
+	ErrInvalidTag = errors.New("invalid biz_tag")
+	// ErrClosed means the client was closed.
+	ErrClosed = errors.New("client closed")
+	// ErrUnavailable means no ID could be handed out in time: both ranges
+	// of the tag are empty and no instance granted a new one.
+	ErrUnavailable = segment.ErrUnavailable
+)
+
+// Config configures a Client. Zero fields take the defaults named.
+type Config struct {
+	// URLs are the base URLs of idmint instances ("http://host:8080"). A
+	// range request goes to the one that answered last, and to the next
+	// one when it fails.
+	URLs []string
+	// Tags are loaded by New, so that the first IDs need no round trip.
+	Tags []string
+	// HTTPClient sends the requests (default: a client of its own).
+	HTTPClient *http.Client
+	// AttemptTimeout bounds one HTTP request (default 2s).
+	AttemptTimeout time.Duration
+	// RetryMin and RetryMax bound the pause after every instance failed
+	// once (defaults 20ms and 1s), with full jitter.
+	RetryMin, RetryMax time.Duration
+	// Segment holds the buffer settings every tag uses: Period, Threshold,
+	// WaitTimeout, LoadTimeout, MinBackoff, MaxBackoff, OnLoad. Tag, Loader,
+	// Logger and Floor are set by the client.
+	Segment segment.Config
+	Logger  *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.HTTPClient == nil {
+		c.HTTPClient = &http.Client{Transport: &http.Transport{
+			Proxy:               http.ProxyFromEnvironment,
+			DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConnsPerHost: 8,
+			IdleConnTimeout:     90 * time.Second,
+		}}
+	}
+	if c.AttemptTimeout <= 0 {
+		c.AttemptTimeout = 2 * time.Second
+	}
+	if c.RetryMin <= 0 {
+		c.RetryMin = 20 * time.Millisecond
+	}
+	if c.RetryMax < c.RetryMin {
+		c.RetryMax = max(time.Second, c.RetryMin)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Client hands out IDs of many tags from ranges granted by idmint
+// instances. It is safe for concurrent use.
+type Client struct {
+	cfg  Config
+	urls []string // base URLs without a trailing slash
+
+	// buffers maps tag to buffer. It is replaced, never changed, so that
+	// Next reads it without a lock.
+	buffers atomic.Pointer[map[string]*segment.Buffer]
+	// preferred is the index in urls of the instance that answered last.
+	preferred atomic.Int64
+	// requests counts range requests sent (attempts, not loads).
+	requests atomic.Int64
+
+	mu     sync.Mutex // protects tags, closed and replacing buffers
+	tags   map[string]*tagLoads
+	closed bool
+}
+
+// New returns a client of the instances at cfg.URLs. When cfg.Tags is set
+// it loads the first range of each within ctx and fails if one cannot be
+// loaded; otherwise it sends nothing until the first Next.
+func New(ctx context.Context, cfg Config) (*Client, error) {
+	cfg.setDefaults()
+	if len(cfg.URLs) == 0 {
+		return nil, errors.New("client: no URLs")
+	}
+	c := &Client{cfg: cfg, tags: map[string]*tagLoads{}}
+	for _, raw := range cfg.URLs {
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("client: URL %q: want http(s)://host[:port]", raw)
+		}
+		c.urls = append(c.urls, strings.TrimRight(raw, "/"))
+	}
+	c.buffers.Store(&map[string]*segment.Buffer{})
+	for _, tag := range cfg.Tags {
+		b, err := c.buffer(tag)
+		if err == nil {
+			err = b.Ready(ctx)
+		}
+		if err != nil {
+			cctx, cancel := context.WithTimeout(context.Background(), cfg.AttemptTimeout)
+			c.Close(cctx)
+			cancel()
+			return nil, fmt.Errorf("client: load %q: %w", tag, c.takeFailed(tag, b, err))
+		}
+	}
+	return c, nil
+}
+
+// Next returns the next ID of tag. In steady state it is one atomic add;
+// it waits only when both ranges of the tag are empty, and then at most
+// Segment.WaitTimeout.
+func (c *Client) Next(ctx context.Context, tag string) (int64, error) {
+	b := (*c.buffers.Load())[tag]
+	if b == nil {
+		var err error
+		if b, err = c.buffer(tag); err != nil {
+			return 0, err
+		}
+	}
+	id, err := b.Take(ctx)
+	if err != nil {
+		return 0, c.takeFailed(tag, b, err)
+	}
+	return id, nil
+}
+
+// NextN returns n IDs of tag, increasing. On error it returns no ID: the
+// IDs already taken are a gap.
+func (c *Client) NextN(ctx context.Context, tag string, n int) ([]int64, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("count %d: must be at least 1", n)
+	}
+	b := (*c.buffers.Load())[tag]
+	if b == nil {
+		var err error
+		if b, err = c.buffer(tag); err != nil {
+			return nil, err
+		}
+	}
+	ids, err := b.TakeN(ctx, n, make([]int64, 0, n))
+	if err != nil {
+		return nil, c.takeFailed(tag, b, err)
+	}
+	return ids, nil
+}
+
+var tagPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$`)
+
+// buffer returns tag's buffer, making it on first use.
+func (c *Client) buffer(tag string) (*segment.Buffer, error) {
+	if !tagPattern.MatchString(tag) {
+		return nil, fmt.Errorf("%w: %q: want 1-64 of [A-Za-z0-9_.:-], starting with a letter or digit", ErrInvalidTag, tag)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	bufs := *c.buffers.Load()
+	if b, ok := bufs[tag]; ok {
+		return b, nil
+	}
+	tl, ok := c.tags[tag]
+	if !ok {
+		tl = &tagLoads{tag: tag}
+		c.tags[tag] = tl
+	}
+	sc := c.cfg.Segment
+	sc.Tag = tag
+	sc.Loader = segment.LoaderFunc(func(ctx context.Context, size int64) (segment.Grant, error) {
+		return c.load(ctx, tl, size)
+	})
+	sc.Logger = c.cfg.Logger
+	// A buffer made again for a tag (after an unknown-tag answer) refuses
+	// what its predecessor was granted.
+	sc.Floor = tl.highestGranted()
+	b := segment.New(sc)
+	next := maps.Clone(bufs)
+	next[tag] = b
+	c.buffers.Store(&next)
+	return b, nil
+}
+
+// takeFailed shapes a buffer's error, and drops the buffer of a tag the
+// instances do not know, so that made-up tags do not pile up buffers.
+func (c *Client) takeFailed(tag string, b *segment.Buffer, err error) error {
+	switch {
+	case errors.Is(err, segment.ErrClosed):
+		return ErrClosed
+	case errors.Is(err, ErrUnknownTag):
+		c.mu.Lock()
+		if bufs := *c.buffers.Load(); !c.closed && bufs[tag] == b && b != nil {
+			next := maps.Clone(bufs)
+			delete(next, tag)
+			c.buffers.Store(&next)
+			go b.Close() // holds nothing: it never loaded a range
+		}
+		c.mu.Unlock()
+		return fmt.Errorf("%w: %q", ErrUnknownTag, tag)
+	}
+	return err
+}
+
+// Stats is a snapshot of a client.
+type Stats struct {
+	// Tags holds each tag's buffer, sorted by tag.
+	Tags []segment.Stats
+	// Requests counts range requests sent to instances, retries included.
+	Requests int64
+}
+
+// Stats returns a snapshot of every tag's buffer.
+func (c *Client) Stats() Stats {
+	bufs := *c.buffers.Load()
+	st := Stats{Requests: c.requests.Load()}
+	for _, tag := range slices.Sorted(maps.Keys(bufs)) {
+		st.Tags = append(st.Tags, bufs[tag].Stats())
+	}
+	return st
+}
+
+// Close stops background loads and gives back, for each tag, the unused
+// tail of its newest range, when no one was granted anything after it. The
+// other unused IDs are a gap. Next fails with ErrClosed afterwards. ctx
+// bounds the give-backs.
+func (c *Client) Close(ctx context.Context) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	bufs := *c.buffers.Load()
+	c.buffers.Store(&map[string]*segment.Buffer{})
+	tags := maps.Clone(c.tags)
+	c.mu.Unlock()
+
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for tag, b := range bufs {
+		wg.Go(func() {
+			if err := c.closeBuffer(ctx, tags[tag], b); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// closeBuffer closes a tag's buffer and gives back its newest range's
+// unused part.
+func (c *Client) closeBuffer(ctx context.Context, tl *tagLoads, b *segment.Buffer) error {
+	unused := b.Close()
+	if len(unused) == 0 {
+		return nil
+	}
+	r := unused[len(unused)-1]
+	id, ok := tl.requestOf(r.Last)
+	if !ok {
+		return nil
+	}
+	back, err := c.giveBack(ctx, tl.tag, id, r)
+	if err != nil {
+		return fmt.Errorf("give back %q [%d, %d]: %w", tl.tag, r.First, r.Last, err)
+	}
+	if back {
+		b.GaveBack(r)
+	}
+	c.cfg.Logger.Debug("gave back unused ids", "biz_tag", tl.tag, "first", r.First, "last", r.Last, "given_back", back)
+	return nil
+}
+
+// pause returns the jittered pause before retry round n (n >= 1).
+func (c *Client) pause(n int) time.Duration {
+	d := min(c.cfg.RetryMin<<min(n, 16), c.cfg.RetryMax)
+	return rand.N(d)
+}

@@ -1,0 +1,23 @@
+// Package client hands out idmint IDs inside the calling process, at the
+// speed of an atomic add, from ranges that idmint instances grant it.
+//
+// Per tag, a Client keeps the double buffer the server keeps
+// (segment.Buffer): it serves IDs from its current range and fetches the
+// next one in the background, sized so that one range lasts about
+// Segment.Period (the dynamic step, bounded by the tag's step and
+// max_step). A range comes from POST /v1/segments on one of the configured
+// instances.
+//
+// Every range has one identity: a UUIDv7 request ID chosen before the first
+// attempt and reused on every retry, on every instance, until an instance
+// answers. An instance grants a request ID once; a retry after a lost reply,
+// a reset connection or a killed instance gets the same range back. So a
+// range granted by the database reaches the client exactly once, and no
+// range is ever served by two clients or by a client and an instance.
+//
+//	c, err := client.New(ctx, client.Config{URLs: []string{"http://idmint-1:8080", "http://idmint-2:8080"}})
+//	defer c.Close(ctx) // gives back the unused tail of each tag's newest range
+//	id, err := c.Next(ctx, "order")
+//
+// The package depends on no idmint package but segment.
+package client

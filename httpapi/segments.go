@@ -1,0 +1,170 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+
+	"github.com/idmint/idmint/allocator"
+)
+
+// Error codes of the range endpoints.
+const (
+	CodeInvalidSize      = "invalid_size"
+	CodeInvalidRequestID = "invalid_request_id"
+	CodeInvalidRange     = "invalid_range"
+	CodeRequestConflict  = "request_conflict"
+)
+
+// maxRangeSize bounds the size a caller may ask for: the schema's bound on
+// a tag's step and max_step. The store bounds it further by the tag's own.
+const maxRangeSize = 100_000_000
+
+// SegmentGranter is what the range endpoints need: allocator.Allocator
+// implements it. The server mounts them when its Allocator is one.
+type SegmentGranter interface {
+	GrantRange(ctx context.Context, tag string, size int64, id uuid.UUID) (allocator.Segment, bool, error)
+	ReturnRange(ctx context.Context, id uuid.UUID, tag string, first, last int64) (bool, error)
+}
+
+var _ SegmentGranter = (*allocator.Allocator)(nil)
+
+// SegmentRequest is the body of POST /v1/segments.
+type SegmentRequest struct {
+	Tag string `json:"biz_tag"`
+	// Size is the wanted number of IDs; 0 asks for the tag's step. The
+	// grant is bounded by the tag's step and max_step.
+	Size int64 `json:"size"`
+	// RequestID is a UUID the caller chose before its first attempt and
+	// reuses on every retry, through any instance.
+	RequestID string `json:"request_id"`
+}
+
+// SegmentResponse is the reply of POST /v1/segments: the range granted to
+// the request ID, the same one on every retry.
+type SegmentResponse struct {
+	Tag       string `json:"biz_tag"`
+	RequestID string `json:"request_id"`
+	First     int64  `json:"first,string"`
+	Last      int64  `json:"last,string"`
+	Step      int64  `json:"step"`
+	MaxStep   int64  `json:"max_step"`
+	// Recovered is true when the request ID had been granted before (a
+	// retry after a lost reply): this is that range again.
+	Recovered bool `json:"recovered"`
+}
+
+// GiveBackRequest is the body of POST /v1/segments/giveback: the unused
+// tail [First, Last] of the range granted to RequestID.
+type GiveBackRequest struct {
+	Tag       string `json:"biz_tag"`
+	RequestID string `json:"request_id"`
+	First     int64  `json:"first,string"`
+	Last      int64  `json:"last,string"`
+}
+
+// GiveBackResponse is the reply of POST /v1/segments/giveback. GivenBack
+// false means the tag was allocated since (or the range is not the tail of
+// the request's range): the IDs stay a gap.
+type GiveBackResponse struct {
+	GiveBackRequest
+	GivenBack bool `json:"given_back"`
+}
+
+// segmentsRouter serves the range endpoints, to be mounted at /v1/segments
+// (and wrapped by whatever guards /v1).
+func (s *Server) segmentsRouter(g SegmentGranter) chi.Router {
+	r := chi.NewRouter()
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, r, s.cfg.Logger, &apiError{status: http.StatusMethodNotAllowed, code: CodeMethod, message: "method " + r.Method + " not allowed; use POST"})
+	})
+	r.Post("/", func(w http.ResponseWriter, r *http.Request) { s.handleGrant(w, r, g) })
+	r.Post("/giveback", func(w http.ResponseWriter, r *http.Request) { s.handleGiveBack(w, r, g) })
+	return r
+}
+
+func (s *Server) handleGrant(w http.ResponseWriter, r *http.Request, g SegmentGranter) {
+	var req SegmentRequest
+	id, err := decodeRange(w, r, &req, func() (string, string) { return req.Tag, req.RequestID })
+	if err == nil && (req.Size < 0 || req.Size > maxRangeSize) {
+		err = badRequest(CodeInvalidSize, fmt.Sprintf("size must be from 0 (the tag's step) to %d", maxRangeSize))
+	}
+	if err != nil {
+		writeError(w, r, s.cfg.Logger, err)
+		return
+	}
+	seg, recovered, err := g.GrantRange(r.Context(), req.Tag, req.Size, id)
+	if err != nil {
+		writeError(w, r, s.cfg.Logger, rangeError(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, SegmentResponse{
+		Tag: req.Tag, RequestID: id.String(), First: seg.First, Last: seg.Last,
+		Step: seg.Step, MaxStep: seg.MaxStep, Recovered: recovered,
+	})
+}
+
+func (s *Server) handleGiveBack(w http.ResponseWriter, r *http.Request, g SegmentGranter) {
+	var req GiveBackRequest
+	id, err := decodeRange(w, r, &req, func() (string, string) { return req.Tag, req.RequestID })
+	if err == nil && (req.First < 1 || req.First > req.Last) {
+		err = badRequest(CodeInvalidRange, "first and last: want 1 <= first <= last, as decimal strings")
+	}
+	if err != nil {
+		writeError(w, r, s.cfg.Logger, err)
+		return
+	}
+	ok, err := g.ReturnRange(r.Context(), id, req.Tag, req.First, req.Last)
+	if err != nil {
+		writeError(w, r, s.cfg.Logger, rangeError(err))
+		return
+	}
+	req.RequestID = id.String()
+	writeJSON(w, http.StatusOK, GiveBackResponse{GiveBackRequest: req, GivenBack: ok})
+}
+
+// maxRangeBody bounds the body of a range request.
+const maxRangeBody = 4 << 10
+
+// decodeRange reads one JSON object into dst and validates the tag and
+// request ID that fields returns.
+func decodeRange(w http.ResponseWriter, r *http.Request, dst any, fields func() (tag, requestID string)) (uuid.UUID, error) {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRangeBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return uuid.Nil, badRequest(CodeBadRequest, fmt.Sprintf("body larger than %d bytes", maxRangeBody))
+		}
+		return uuid.Nil, badRequest(CodeBadRequest, "body: want one JSON object: "+err.Error())
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return uuid.Nil, badRequest(CodeBadRequest, "body: want one JSON object and nothing after it")
+	}
+	tag, rid := fields()
+	if tag == "" {
+		return uuid.Nil, badRequest(CodeInvalidTag, "biz_tag is required")
+	}
+	if err := allocator.ValidateTag(tag); err != nil {
+		return uuid.Nil, badRequest(CodeInvalidTag, err.Error())
+	}
+	id, err := uuid.Parse(rid)
+	if err != nil || id == uuid.Nil || len(rid) != 36 {
+		return uuid.Nil, badRequest(CodeInvalidRequestID, "request_id: want a UUID (e.g. a UUIDv7) in its 36-character form, chosen once and reused on every retry")
+	}
+	return id, nil
+}
+
+// rangeError adds the range endpoints' own error to the common mapping.
+func rangeError(err error) error {
+	if errors.Is(err, allocator.ErrRequestConflict) {
+		return &apiError{status: http.StatusConflict, code: CodeRequestConflict, message: err.Error()}
+	}
+	return err
+}
