@@ -252,6 +252,62 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		}
 	})
 
+	t.Run("give back a request's tail: once, and never under another grant", func(t *testing.T) {
+		s := open(t)
+		r, ok := s.(allocator.RangeReturner)
+		if !ok {
+			t.Skip("not a RangeReturner")
+		}
+		createTag(t, s, allocator.TagSpec{Name: "order", Step: 5})
+		createTag(t, s, allocator.TagSpec{Name: "user", Step: 10})
+		if _, err := s.Allocate(t.Context(), newRequest("order", 5)); err != nil {
+			t.Fatal(err)
+		}
+		own := newRequest("order", 10)
+		seg, err := s.Allocate(t.Context(), own)
+		if err != nil {
+			t.Fatal(err)
+		}
+		giveBack := func(id uuid.UUID, tag string, first, last int64) bool {
+			t.Helper()
+			done, err := r.GiveBackRange(t.Context(), id, tag, first, last)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return done
+		}
+		for _, c := range []struct {
+			name        string
+			id          uuid.UUID
+			tag         string
+			first, last int64
+		}{
+			{"another request's id", uuid.Must(uuid.NewV7()), "order", seg.First + 5, seg.Last},
+			{"another tag", own.ID, "user", seg.First + 5, seg.Last},
+			{"not the range's tail", own.ID, "order", seg.First + 5, seg.Last - 1},
+			{"more than the range", own.ID, "order", seg.First - 1, seg.Last},
+		} {
+			if giveBack(c.id, c.tag, c.first, c.last) {
+				t.Fatalf("%s: given back", c.name)
+			}
+		}
+		if !giveBack(own.ID, "order", seg.First+5, seg.Last) {
+			t.Fatal("the request's own tail was not given back")
+		}
+		if got := maxID(t, s, "order"); got != seg.First+4 {
+			t.Fatalf("max_id = %d, want %d", got, seg.First+4)
+		}
+		// The tail goes to the next request, and its range ends where the
+		// given-back one did (ABA): a repeated give-back must not take it.
+		next, err := s.Allocate(t.Context(), newRequest("order", 5))
+		if err != nil || next.First != seg.First+5 || next.Last != seg.Last {
+			t.Fatalf("next = %+v, %v", next, err)
+		}
+		if giveBack(own.ID, "order", seg.First+5, seg.Last) {
+			t.Fatal("a repeated give-back took back IDs granted to another request")
+		}
+	})
+
 	t.Run("concurrent allocations never overlap", func(t *testing.T) {
 		const goroutines, each = 16, 40
 		s := open(t)
