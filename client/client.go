@@ -86,7 +86,7 @@ type Client struct {
 
 	// buffers maps tag to buffer. It is replaced, never changed, so that
 	// Next reads it without a lock.
-	buffers atomic.Pointer[map[string]*segment.Buffer]
+	buffers atomic.Pointer[tagSet]
 	// preferred is the index in urls of the instance that answered last.
 	preferred atomic.Int64
 	// requests counts range requests sent (attempts, not loads).
@@ -113,7 +113,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		}
 		c.urls = append(c.urls, strings.TrimRight(raw, "/"))
 	}
-	c.buffers.Store(&map[string]*segment.Buffer{})
+	c.buffers.Store(newTagSet(nil))
 	for _, tag := range cfg.Tags {
 		b, err := c.buffer(tag)
 		if err == nil {
@@ -133,7 +133,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 // it waits only when both ranges of the tag are empty, and then at most
 // Segment.WaitTimeout.
 func (c *Client) Next(ctx context.Context, tag string) (int64, error) {
-	b := (*c.buffers.Load())[tag]
+	b := c.buffers.Load().get(tag)
 	if b == nil {
 		var err error
 		if b, err = c.buffer(tag); err != nil {
@@ -153,7 +153,7 @@ func (c *Client) NextN(ctx context.Context, tag string, n int) ([]int64, error) 
 	if n < 1 {
 		return nil, fmt.Errorf("count %d: must be at least 1", n)
 	}
-	b := (*c.buffers.Load())[tag]
+	b := c.buffers.Load().get(tag)
 	if b == nil {
 		var err error
 		if b, err = c.buffer(tag); err != nil {
@@ -165,6 +165,47 @@ func (c *Client) NextN(ctx context.Context, tag string, n int) ([]int64, error) 
 		return nil, c.takeFailed(tag, b, err)
 	}
 	return ids, nil
+}
+
+// tagSet is an immutable set of tag buffers.
+type tagSet struct {
+	m map[string]*segment.Buffer
+	// few lists the buffers when there are at most maxFew: comparing a
+	// handful of strings (length first, then bytes, or just the pointer
+	// for the same string) costs less than hashing the tag.
+	few []tagBuffer
+}
+
+type tagBuffer struct {
+	tag string
+	b   *segment.Buffer
+}
+
+const maxFew = 8
+
+func newTagSet(m map[string]*segment.Buffer) *tagSet {
+	if m == nil {
+		m = map[string]*segment.Buffer{}
+	}
+	s := &tagSet{m: m}
+	if len(m) <= maxFew {
+		for tag, b := range m {
+			s.few = append(s.few, tagBuffer{tag, b})
+		}
+	}
+	return s
+}
+
+func (s *tagSet) get(tag string) *segment.Buffer {
+	if len(s.m) > maxFew {
+		return s.m[tag]
+	}
+	for i := range s.few {
+		if s.few[i].tag == tag {
+			return s.few[i].b
+		}
+	}
+	return nil
 }
 
 var tagPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$`)
@@ -179,7 +220,7 @@ func (c *Client) buffer(tag string) (*segment.Buffer, error) {
 	if c.closed {
 		return nil, ErrClosed
 	}
-	bufs := *c.buffers.Load()
+	bufs := c.buffers.Load().m
 	if b, ok := bufs[tag]; ok {
 		return b, nil
 	}
@@ -200,7 +241,7 @@ func (c *Client) buffer(tag string) (*segment.Buffer, error) {
 	b := segment.New(sc)
 	next := maps.Clone(bufs)
 	next[tag] = b
-	c.buffers.Store(&next)
+	c.buffers.Store(newTagSet(next))
 	return b, nil
 }
 
@@ -212,10 +253,10 @@ func (c *Client) takeFailed(tag string, b *segment.Buffer, err error) error {
 		return ErrClosed
 	case errors.Is(err, ErrUnknownTag):
 		c.mu.Lock()
-		if bufs := *c.buffers.Load(); !c.closed && bufs[tag] == b && b != nil {
+		if bufs := c.buffers.Load().m; !c.closed && bufs[tag] == b && b != nil {
 			next := maps.Clone(bufs)
 			delete(next, tag)
-			c.buffers.Store(&next)
+			c.buffers.Store(newTagSet(next))
 			go b.Close() // holds nothing: it never loaded a range
 		}
 		c.mu.Unlock()
@@ -234,7 +275,7 @@ type Stats struct {
 
 // Stats returns a snapshot of every tag's buffer.
 func (c *Client) Stats() Stats {
-	bufs := *c.buffers.Load()
+	bufs := c.buffers.Load().m
 	st := Stats{Requests: c.requests.Load()}
 	for _, tag := range slices.Sorted(maps.Keys(bufs)) {
 		st.Tags = append(st.Tags, bufs[tag].Stats())
@@ -253,8 +294,8 @@ func (c *Client) Close(ctx context.Context) error {
 		return nil
 	}
 	c.closed = true
-	bufs := *c.buffers.Load()
-	c.buffers.Store(&map[string]*segment.Buffer{})
+	bufs := c.buffers.Load().m
+	c.buffers.Store(newTagSet(nil))
 	tags := maps.Clone(c.tags)
 	c.mu.Unlock()
 

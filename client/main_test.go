@@ -1,0 +1,12 @@
+package client_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/idmint/idmint/internal/pgtest"
+)
+
+// TestMain gives the tests and benchmarks on PostgreSQL a server; it starts
+// only if one of them asks.
+func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
