@@ -1,0 +1,230 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/client"
+	"github.com/idmint/idmint/httpapi"
+	"github.com/idmint/idmint/internal/checker"
+	"github.com/idmint/idmint/segment"
+)
+
+// losing is an instance that grants, then loses the reply (the connection
+// drops), while lose is above zero.
+type losing struct {
+	api  http.Handler
+	lose atomic.Int64
+	seen atomic.Int64 // range requests received
+}
+
+func (l *losing) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/v1/segments" {
+		l.api.ServeHTTP(w, r)
+		return
+	}
+	l.seen.Add(1)
+	if l.lose.Add(-1) < 0 {
+		l.lose.Add(1)
+		l.api.ServeHTTP(w, r)
+		return
+	}
+	l.api.ServeHTTP(httptest.NewRecorder(), r) // granted…
+	panic(http.ErrAbortHandler)                // …and the reply lost
+}
+
+// startLosing starts an instance over store that loses the replies of its
+// first lose range requests.
+func startLosing(tb testing.TB, store allocator.Store, lose int64) (*losing, string) {
+	tb.Helper()
+	a := allocator.New(allocator.Config{Store: store, Logger: quiet()})
+	l := &losing{api: httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet()})}
+	l.lose.Store(lose)
+	srv := httptest.NewServer(l)
+	tb.Cleanup(func() {
+		srv.Close()
+		a.Close(context.Background())
+	})
+	return l, srv.URL
+}
+
+func memStore(tb testing.TB, step, maxStep int64) *allocator.MemStore {
+	tb.Helper()
+	m := allocator.NewMemStore()
+	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: step, MaxStep: maxStep}); err != nil {
+		tb.Fatal(err)
+	}
+	return m
+}
+
+func newClient(tb testing.TB, cfg client.Config) *client.Client {
+	tb.Helper()
+	cfg.Logger = quiet()
+	if cfg.RetryMin == 0 {
+		cfg.RetryMin, cfg.RetryMax = time.Millisecond, 5*time.Millisecond
+	}
+	c, err := client.New(context.Background(), cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+func maxIDOf(tb testing.TB, m *allocator.MemStore) int64 {
+	tb.Helper()
+	tags, err := m.Tags(context.Background())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return tags[0].MaxID
+}
+
+func TestClient_LostReply(t *testing.T) {
+	t.Run("the next instance returns the same range", func(t *testing.T) {
+		m := memStore(t, 10, 10)
+		first, url1 := startLosing(t, m, 1)
+		second, url2 := startLosing(t, m, 0)
+		c := newClient(t, client.Config{URLs: []string{url1, url2}})
+		ids, err := c.NextN(t.Context(), "order", 10)
+		if err != nil || ids[0] != 1 || ids[9] != 10 {
+			t.Fatalf("NextN = %v, %v; want 1..10", ids, err)
+		}
+		st := c.Stats()
+		if st.Tags[0].Recovered != 1 || first.seen.Load() != 1 || second.seen.Load() != 1 {
+			t.Fatalf("recovered %d, requests %d and %d; want the lost range recovered by the second instance",
+				st.Tags[0].Recovered, first.seen.Load(), second.seen.Load())
+		}
+		if got := maxIDOf(t, m); got != 10 {
+			t.Fatalf("max_id %d: a retry was granted a second range", got)
+		}
+	})
+
+	t.Run("a load that gives up is resumed by the next", func(t *testing.T) {
+		m := memStore(t, 10, 10)
+		inst, url := startLosing(t, m, 1_000_000)
+		c := newClient(t, client.Config{URLs: []string{url}, Segment: segment.Config{
+			LoadTimeout: 50 * time.Millisecond, WaitTimeout: time.Second, MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond,
+		}})
+		if _, err := c.Next(t.Context(), "order"); !errors.Is(err, client.ErrUnavailable) {
+			t.Fatalf("Next while every reply is lost: %v", err)
+		}
+		if inst.seen.Load() < 2 {
+			t.Fatalf("%d attempts: want retries", inst.seen.Load())
+		}
+		inst.lose.Store(0)
+		deadline := time.Now().Add(10 * time.Second)
+		var id int64
+		var err error
+		for id, err = c.Next(t.Context(), "order"); err != nil; id, err = c.Next(t.Context(), "order") {
+			if time.Now().After(deadline) {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Millisecond) // the buffer's backoff
+		}
+		if id != 1 || maxIDOf(t, m) != 10 {
+			t.Fatalf("first id %d, max_id %d: want 1 and 10, the range granted to the first request", id, maxIDOf(t, m))
+		}
+	})
+}
+
+func TestClient_Errors(t *testing.T) {
+	m := memStore(t, 10, 0)
+	_, url := startLosing(t, m, 0)
+	c := newClient(t, client.Config{URLs: []string{url}})
+	ctx := t.Context()
+	if _, err := c.Next(ctx, "no such"); !errors.Is(err, client.ErrInvalidTag) {
+		t.Errorf("invalid tag: %v", err)
+	}
+	if _, err := c.Next(ctx, "invoice"); !errors.Is(err, client.ErrUnknownTag) {
+		t.Errorf("unknown tag: %v", err)
+	}
+	if _, err := c.NextN(ctx, "order", 0); err == nil {
+		t.Error("NextN(0) succeeded")
+	}
+	if _, err := c.Next(ctx, "order"); err != nil {
+		t.Fatal(err)
+	}
+	// Unknown tags keep no buffer.
+	if st := c.Stats(); len(st.Tags) != 1 || st.Tags[0].Tag != "order" {
+		t.Errorf("buffers %+v, want order only", st.Tags)
+	}
+	for _, cfg := range []client.Config{{}, {URLs: []string{"localhost:8080"}}, {URLs: []string{"ftp://x"}}} {
+		if _, err := client.New(ctx, cfg); err == nil {
+			t.Errorf("New(%+v) succeeded", cfg)
+		}
+	}
+	if _, err := client.New(ctx, client.Config{URLs: []string{url}, Tags: []string{"invoice"}, Logger: quiet()}); !errors.Is(err, client.ErrUnknownTag) {
+		t.Errorf("New with an unknown tag: %v", err)
+	}
+	if err := c.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Next(ctx, "order"); !errors.Is(err, client.ErrClosed) {
+		t.Errorf("after Close: %v", err)
+	}
+}
+
+// TestClient_Concurrent runs clients of two instances beside the instances'
+// own callers (allocator.Next) on one store, with ranges small enough to
+// turn over all the time: no ID twice, and every client gives back at
+// Close only what nobody took after it.
+func TestClient_Concurrent(t *testing.T) {
+	const goroutines, each = 4, 3000
+	m := memStore(t, 5, 50)
+	a := allocator.New(allocator.Config{Store: m, Logger: quiet()})
+	defer a.Close(context.Background())
+	var urls []string
+	for range 2 {
+		srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet()}))
+		defer srv.Close()
+		urls = append(urls, srv.URL)
+	}
+	check := checker.New()
+	var wg sync.WaitGroup
+	for ci := range 3 {
+		c := newClient(t, client.Config{URLs: urls, Segment: segment.Config{Period: time.Millisecond}})
+		for g := range goroutines {
+			wg.Go(func() {
+				for range each {
+					check.Attempt()
+					id, err := c.Next(t.Context(), "order")
+					if err != nil {
+						check.Fail(err)
+						continue
+					}
+					check.Ack(fmt.Sprintf("client-%d/%d", ci, g), "order", id)
+				}
+				if ci == 0 && g == 0 {
+					c.Close(t.Context()) // gives back while the others run
+				}
+			})
+		}
+	}
+	for g := range goroutines {
+		wg.Go(func() {
+			for range each {
+				check.Attempt()
+				id, err := a.Next(t.Context(), "order")
+				if err != nil {
+					check.Fail(err)
+					continue
+				}
+				check.Ack(fmt.Sprint("instance/", g), "order", id)
+			}
+		})
+	}
+	wg.Wait()
+	r := check.Report()
+	if !r.Valid() || r.IDs() < 3*goroutines*each {
+		t.Fatalf("%s", r)
+	}
+}
