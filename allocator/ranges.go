@@ -2,7 +2,6 @@ package allocator
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 
@@ -168,22 +167,14 @@ func (p *Postgres) GiveBackRange(ctx context.Context, id uuid.UUID, tag string, 
 
 // GiveBackRange implements RangeReturner in one write transaction.
 func (s *SQLite) GiveBackRange(ctx context.Context, id uuid.UUID, tag string, first, last int64) (bool, error) {
-	var n int64
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `
+	n, err := s.update(ctx, `
 UPDATE idmint_tags SET max_id = ?3 - 1, updated_at = `+nowSQL+`
 WHERE biz_tag = ?2 AND max_id = ?4
   AND EXISTS (SELECT 1 FROM idmint_segments
               WHERE request_id = ?1 AND biz_tag = ?2 AND first_id <= ?3 AND last_id = ?4)
   AND NOT EXISTS (SELECT 1 FROM idmint_segments
                   WHERE biz_tag = ?2 AND last_id >= ?3 AND request_id <> ?1)`,
-			id.String(), tag, first, last)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
+		id.String(), tag, first, last)
 	if err != nil {
 		return false, fmt.Errorf("give back %q [%d, %d]: %w", tag, first, last, err)
 	}
