@@ -16,6 +16,10 @@
 //	defer a.Close(ctx)
 //	id, err := a.Next(ctx, "order")
 //
+// GrantRange and ReturnRange serve callers that keep their own buffers (the
+// client package): a range goes straight from the store to the caller under
+// the caller's request ID, and is never served by the allocator.
+//
 // Postgres is the production Store; SQLite keeps the same guarantees in one
 // file for the processes of a single machine; MemStore is an in-memory one
 // for tests and for programs that need IDs unique within one process only.

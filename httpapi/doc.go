@@ -5,6 +5,8 @@
 //	GET /id/health[?biz_tag=order]     status for dashboards and load balancers
 //	GET /id/dashboard                  a live web page over /id/health
 //	GET /metrics                       Prometheus metrics (see Metrics)
+//	POST /v1/segments                  a whole range for a caller-chosen request_id (see SegmentRequest)
+//	POST /v1/segments/giveback         the unused tail of such a range (see GiveBackRequest)
 //
 // IDs are JSON strings because JavaScript numbers lose integers above 2^53;
 // send "Accept: text/plain" to /id to get the bare decimal number instead.
