@@ -10,10 +10,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -147,6 +150,161 @@ func startInstance(t *testing.T, dbURL, name string, sent *replyLog) *instance {
 	return in
 }
 
+// clientRun is clients of a set of instances, their workers, and what the
+// clients received.
+type clientRun struct {
+	t     *testing.T
+	tag   string
+	urls  []string
+	check *checker.Checker
+	got   *replyLog   // every range reply a client received
+	own   []*replyLog // each client's
+	// attempt bounds one range request of the clients (default 1s).
+	attempt time.Duration
+
+	clients []*client.Client
+	mu      sync.Mutex // protects served
+	served  [][]int64  // each client's IDs
+	stop    context.CancelFunc
+	workers sync.WaitGroup
+}
+
+func newClientRun(t *testing.T, tag string, urls []string, check *checker.Checker) *clientRun {
+	return &clientRun{t: t, tag: tag, urls: urls, check: check, got: newReplyLog(), attempt: time.Second}
+}
+
+// newClient returns a client whose received replies are recorded.
+func (r *clientRun) newClient() *client.Client {
+	r.t.Helper()
+	mine := newReplyLog()
+	r.own = append(r.own, mine)
+	cl, err := client.New(r.t.Context(), client.Config{
+		URLs:           r.urls,
+		HTTPClient:     &http.Client{Transport: &delivered{base: &http.Transport{}, logs: []*replyLog{r.got, mine}}},
+		AttemptTimeout: r.attempt,
+		RetryMin:       5 * time.Millisecond,
+		RetryMax:       100 * time.Millisecond,
+		Logger:         quiet(),
+	})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return cl
+}
+
+// start makes n clients with two workers each. A worker takes a few IDs at
+// a time, paced so that memory stays bounded while small ranges still turn
+// over every few milliseconds.
+func (r *clientRun) start(n int) {
+	ctx, stop := context.WithTimeout(context.Background(), 2*time.Minute)
+	r.stop = stop
+	for ci := range n {
+		cl := r.newClient()
+		r.clients = append(r.clients, cl)
+		r.served = append(r.served, nil)
+		for w := range 2 {
+			r.workers.Go(func() {
+				name := fmt.Sprintf("client-%d/%d", ci, w)
+				for range maxRequests {
+					if ctx.Err() != nil {
+						return
+					}
+					r.check.Attempt()
+					ids, err := cl.NextN(ctx, r.tag, 10)
+					if err != nil {
+						r.check.Fail(err)
+						continue
+					}
+					r.check.Ack(name, r.tag, ids...)
+					r.mu.Lock()
+					r.served[ci] = append(r.served[ci], ids...)
+					r.mu.Unlock()
+					time.Sleep(100 * time.Microsecond)
+				}
+			})
+		}
+	}
+	r.t.Cleanup(r.halt)
+}
+
+// loads counts the ranges the clients loaded.
+func (r *clientRun) loads() int64 {
+	var n int64
+	for _, cl := range r.clients {
+		for _, st := range cl.Stats().Tags {
+			n += st.Loads
+		}
+	}
+	return n
+}
+
+// halt stops the workers and closes the clients, which give back their
+// tails.
+func (r *clientRun) halt() {
+	if r.stop == nil {
+		return
+	}
+	r.stop()
+	r.stop = nil
+	r.workers.Wait()
+	for _, cl := range r.clients {
+		if err := cl.Close(context.Background()); err != nil {
+			r.t.Errorf("close: %v", err)
+		}
+	}
+}
+
+// requireExactlyOnce checks, after halt, that every range the segment log
+// holds for a client request reached a client once, as granted; that
+// nothing else reached a client; and that each client served only from
+// its ranges. It returns the ranges logged and those received after a lost
+// reply.
+func (r *clientRun) requireExactlyOnce(admin *allocator.Postgres) (logged map[string][2]int64, recovered int) {
+	t := r.t
+	t.Helper()
+	rows, err := admin.Pool().Query(context.Background(),
+		`SELECT request_id::text, first_id, last_id FROM idmint_segments WHERE biz_tag = $1 AND instance LIKE '%/client'`, r.tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logged = map[string][2]int64{}
+	for rows.Next() {
+		var id string
+		var f, l int64
+		if err := rows.Scan(&id, &f, &l); err != nil {
+			t.Fatal(err)
+		}
+		logged[id] = [2]int64{f, l}
+	}
+	rows.Close()
+	if len(logged) == 0 {
+		t.Fatal("no client range in the segment log: the test proved nothing")
+	}
+	recv := r.got.snapshot()
+	for id, rg := range logged {
+		rs := recv[id]
+		if len(rs) != 1 || rs[0].First != rg[0] || rs[0].Last != rg[1] {
+			t.Errorf("request %s granted [%d, %d]; clients received %+v", id, rg[0], rg[1], rs)
+		}
+		for _, x := range rs {
+			if x.Recovered {
+				recovered++
+			}
+		}
+	}
+	for id := range recv {
+		if _, ok := logged[id]; !ok {
+			t.Errorf("clients received request %s, not in the segment log", id)
+		}
+	}
+	for ci, ids := range r.served {
+		if n := outside(ids, r.own[ci].snapshot()); n > 0 {
+			t.Errorf("client %d served %d ids outside its ranges", ci, n)
+		}
+	}
+	return logged, recovered
+}
+
 // TestClientExactlyOnce runs two clients of three instances on real
 // PostgreSQL, beside plain GET /id callers of two of them, and injects:
 //   - a TCP proxy that resets the connection when the instance answers a
@@ -165,65 +323,14 @@ func TestClientExactlyOnce(t *testing.T) {
 	createTag(t, admin, tag, 100, 500)
 
 	sent := newReplyLog() // what instances answered
-	got := newReplyLog()  // what clients received
 	a := startInstance(t, dbURL, "inst-a", sent)
 	b := startInstance(t, dbURL, "inst-b", sent)
 	c := startInstance(t, dbURL, "inst-c", sent)
 	px := newProxy(t, "http://"+a.addr)
-	urls := []string{px.url, "http://" + c.addr, "http://" + b.addr}
-
-	// own holds each client's received replies; got all of them.
-	var own []*replyLog
-	newClient := func() *client.Client {
-		t.Helper()
-		mine := newReplyLog()
-		own = append(own, mine)
-		cl, err := client.New(t.Context(), client.Config{
-			URLs:           urls,
-			HTTPClient:     &http.Client{Transport: &delivered{base: &http.Transport{}, logs: []*replyLog{got, mine}}},
-			AttemptTimeout: time.Second,
-			RetryMin:       5 * time.Millisecond,
-			RetryMax:       100 * time.Millisecond,
-			Logger:         quiet(),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cl
-	}
 	check := checker.New()
-	clients := []*client.Client{newClient(), newClient()}
-	served := make([][]int64, len(clients)) // each client's IDs
+	run := newClientRun(t, tag, []string{px.url, "http://" + c.addr, "http://" + b.addr}, check)
+	run.start(2)
 
-	// Client workers: a few IDs at a time, paced so that memory stays
-	// bounded while ranges (step 100 to 500) still turn over every few ms.
-	ctx, stop := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer stop()
-	var workers sync.WaitGroup
-	var mu sync.Mutex // protects served
-	for ci, cl := range clients {
-		for w := range 2 {
-			workers.Go(func() {
-				name := fmt.Sprintf("client-%d/%d", ci, w)
-				for range maxRequests {
-					if ctx.Err() != nil {
-						return
-					}
-					check.Attempt()
-					ids, err := cl.NextN(ctx, tag, 10)
-					if err != nil {
-						check.Fail(err)
-						continue
-					}
-					check.Ack(name, tag, ids...)
-					mu.Lock()
-					served[ci] = append(served[ci], ids...)
-					mu.Unlock()
-					time.Sleep(100 * time.Microsecond)
-				}
-			})
-		}
-	}
 	// Plain callers of instances a and b, straight to them.
 	httpc := &http.Client{Timeout: 5 * time.Second}
 	plain := startLoad(check, 4, func(ctx context.Context, w int) (string, string, int64, error) {
@@ -243,30 +350,20 @@ func TestClientExactlyOnce(t *testing.T) {
 		return fmt.Sprintf("plain-%d@%s", w, in.name), tag, id, err
 	})
 	defer plain.stop()
-
-	loads := func() int64 {
-		var n int64
-		for _, cl := range clients {
-			for _, st := range cl.Stats().Tags {
-				n += st.Loads
-			}
-		}
-		return n
-	}
-	waitFor(t, 30*time.Second, "clients to load ranges", func() bool { return loads() >= 10 })
+	waitFor(t, 30*time.Second, "clients to load ranges", func() bool { return run.loads() >= 10 })
 
 	// Fault 1: replies of instance a lost after it granted.
 	px.addToxic(t, "lose-reply", "reset_peer", "downstream", `{"timeout":0}`)
 	var lostAtA []string
 	waitFor(t, 30*time.Second, "a range reply lost between instance a and a client, then received through another instance (same request ID)", func() bool {
-		lostAtA = lostAndRecovered(sent.snapshot(), got.snapshot(), "inst-a", px.Listen)
+		lostAtA = lostAndRecovered(sent.snapshot(), run.got.snapshot(), "inst-a", px.Listen)
 		return len(lostAtA) > 0
 	})
 	px.removeToxic(t, "lose-reply")
 	t.Logf("lost replies of inst-a recovered through another instance: %v", lostAtA)
 
 	// Fault 2: instance c dies mid-request, after granting.
-	before := loads()
+	before := run.loads()
 	c.kill.Store(true)
 	var killedID string
 	waitFor(t, 30*time.Second, "instance c to die mid-request", func() bool {
@@ -278,22 +375,15 @@ func TestClientExactlyOnce(t *testing.T) {
 		}
 	})
 	waitFor(t, 30*time.Second, "the range of the killed request to reach its client", func() bool {
-		rs := got.snapshot()[killedID]
-		return len(rs) > 0
+		return len(run.got.snapshot()[killedID]) > 0
 	})
-	waitFor(t, 30*time.Second, "clients to load more ranges", func() bool { return loads() >= before+10 })
-	t.Logf("inst-c died after granting request %s; its client got %+v", killedID, got.snapshot()[killedID])
+	waitFor(t, 30*time.Second, "clients to load more ranges", func() bool { return run.loads() >= before+10 })
+	t.Logf("inst-c died after granting request %s; its client got %+v", killedID, run.got.snapshot()[killedID])
 
-	stop()
-	workers.Wait()
 	plain.stop()
-	for _, cl := range clients {
-		if err := cl.Close(context.Background()); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	}
+	run.halt()
 	// A client after the give-backs: its IDs join the check.
-	late := newClient()
+	late := run.newClient()
 	ids, err := late.NextN(context.Background(), tag, 1000)
 	if err != nil {
 		t.Fatal(err)
@@ -311,53 +401,81 @@ func TestClientExactlyOnce(t *testing.T) {
 			t.Errorf("%s refused %d ranges: client ranges confused its floor", in.name, st.Refused)
 		}
 	}
-
-	// Exactly once: every range the log holds for a client request reached
-	// a client once, as granted; nothing else reached a client.
-	rows, err := admin.Pool().Query(context.Background(),
-		`SELECT request_id::text, first_id, last_id FROM idmint_segments WHERE biz_tag = $1 AND instance LIKE '%/client'`, tag)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logged := map[string][2]int64{}
-	for rows.Next() {
-		var id string
-		var f, l int64
-		if err := rows.Scan(&id, &f, &l); err != nil {
-			t.Fatal(err)
-		}
-		logged[id] = [2]int64{f, l}
-	}
-	rows.Close()
-	recv := got.snapshot()
-	var recovered int
-	for id, rg := range logged {
-		rs := recv[id]
-		if len(rs) != 1 || rs[0].First != rg[0] || rs[0].Last != rg[1] {
-			t.Errorf("request %s granted [%d, %d]; clients received %+v", id, rg[0], rg[1], rs)
-		}
-		for _, x := range rs {
-			if x.Recovered {
-				recovered++
-			}
-		}
-	}
-	for id := range recv {
-		if _, ok := logged[id]; !ok {
-			t.Errorf("clients received request %s, not in the segment log", id)
-		}
-	}
+	logged, recovered := run.requireExactlyOnce(admin)
 	if recovered < len(lostAtA)+1 {
 		t.Errorf("%d ranges reached clients as recovered; want the %d lost at inst-a and the one of inst-c", recovered, len(lostAtA))
 	}
-	// Each client served only from the ranges it received.
-	for ci, ids := range served {
-		if n := outside(ids, own[ci].snapshot()); n > 0 {
-			t.Errorf("client %d served %d ids outside its ranges", ci, n)
-		}
-	}
 	t.Logf("%d client ranges in the log, each received once (%d after a lost reply); %d ids, 0 duplicates",
 		len(logged), recovered, r.IDs())
+}
+
+// TestClientProcessesKilled runs a client of two real idmint processes on
+// PostgreSQL and SIGKILLs the one it is using in the middle of a range
+// request, then restarts it, a few times. To kill it mid-request for sure,
+// the test holds the tag's row lock, so that the process's grant statement
+// waits in PostgreSQL; then the lock goes. The orphaned statement may commit
+// (and the client's retry through the other process, with the same request
+// ID, must get that range) or may not (PostgreSQL aborts it when it cannot
+// send the result before the Sync that commits): either way every range the
+// log holds for the client reached it exactly once.
+func TestClientProcessesKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs idmint processes")
+	}
+	const tag, kills = "order", 3
+	bin := filepath.Join(t.TempDir(), "idmint")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/idmint/idmint/cmd/idmint").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	dbURL := newDatabase(t, pgtest.Shared(t))
+	admin := open(t, dbURL)
+	createTag(t, admin, tag, 100, 500)
+	addrs := []string{freeAddr(t), freeAddr(t)}
+	ps := []*process{startProcess(t, bin, dbURL, addrs[0], "proc-0"), startProcess(t, bin, dbURL, addrs[1], "proc-1")}
+
+	check := checker.New()
+	run := newClientRun(t, tag, []string{"http://" + addrs[0], "http://" + addrs[1]}, check)
+	// Long attempts: the client must not give up on the process while its
+	// statement waits for the lock (giving up cancels the statement).
+	run.attempt = 20 * time.Second
+	run.start(1)
+	ctx := context.Background()
+	for k := range kills {
+		before := run.loads()
+		waitFor(t, 30*time.Second, "the client to load ranges", func() bool { return run.loads() >= before+10 })
+		lock, err := admin.Pool().Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := lock.Exec(ctx, `SELECT 1 FROM idmint_tags WHERE biz_tag = $1 FOR UPDATE`, tag); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, "a grant statement waiting on the tag's lock", func() bool {
+			var n int
+			admin.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO idmint_segments%'`).Scan(&n)
+			return n > 0
+		})
+		// The client sticks to the instance that answered last: first
+		// proc-0, then each time the other one, which the kill sent it to.
+		slot := k % 2
+		if err := ps[slot].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		ps[slot].cmd.Wait()
+		if err := lock.Rollback(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ps[slot] = startProcess(t, bin, dbURL, addrs[slot], fmt.Sprintf("proc-%d-%d", slot, k+1))
+	}
+	before := run.loads()
+	waitFor(t, 30*time.Second, "the client to load ranges", func() bool { return run.loads() >= before+10 })
+	run.halt()
+
+	r := check.Report()
+	requireValid(t, r)
+	logged, recovered := run.requireExactlyOnce(admin)
+	t.Logf("%d SIGKILLs mid-request: %d client ranges in the log, each received once (%d after a lost reply); %d ids, %d failed requests, 0 duplicates",
+		kills, len(logged), recovered, r.IDs(), r.Failed)
 }
 
 // lostAndRecovered returns the request IDs that instance answered but

@@ -1,7 +1,8 @@
 // Package faults holds idmint's fault-injection suite: each test injects a
 // real fault (a TCP proxy that loses replies after the commit, PostgreSQL
 // crashed and restarted, an outage longer than the buffers, a SIGKILLed
-// instance, a database rolled back, a rolling restart) and checks with
+// instance, a database rolled back, a rolling restart, clients of the range
+// endpoint losing replies and instances) and checks with
 // internal/checker that no ID was handed out twice, plus the behaviour the
 // fault calls for. The package has no code of its own; run it with
 //
