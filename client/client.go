@@ -173,7 +173,12 @@ type tagSet struct {
 	// few lists the buffers when there are at most maxFew: comparing a
 	// handful of strings (length first, then bytes, or just the pointer
 	// for the same string) costs less than hashing the tag.
-	few []tagBuffer
+	n   int
+	few [maxFew]tagBuffer
+	// The padding makes a tagSet 128 bytes: the allocator then places it
+	// on cache lines of its own, which no hot atomic counter of another
+	// object (a buffer's next ID) can share and keep invalidating.
+	_ [128 - 16 - maxFew*24]byte
 }
 
 type tagBuffer struct {
@@ -181,26 +186,28 @@ type tagBuffer struct {
 	b   *segment.Buffer
 }
 
-const maxFew = 8
+const maxFew = 4
 
 func newTagSet(m map[string]*segment.Buffer) *tagSet {
 	if m == nil {
 		m = map[string]*segment.Buffer{}
 	}
-	s := &tagSet{m: m}
+	s := &tagSet{m: m, n: -1}
 	if len(m) <= maxFew {
+		s.n = 0
 		for tag, b := range m {
-			s.few = append(s.few, tagBuffer{tag, b})
+			s.few[s.n] = tagBuffer{tag, b}
+			s.n++
 		}
 	}
 	return s
 }
 
 func (s *tagSet) get(tag string) *segment.Buffer {
-	if len(s.m) > maxFew {
+	if s.n < 0 {
 		return s.m[tag]
 	}
-	for i := range s.few {
+	for i := range s.n {
 		if s.few[i].tag == tag {
 			return s.few[i].b
 		}

@@ -216,7 +216,11 @@ type grantReply struct {
 func (c *Client) grant(ctx context.Context, base, tag string, req rangeRequest) (segment.Grant, error) {
 	c.requests.Add(1)
 	var reply grantReply
-	err := c.post(ctx, base+"/v1/segments", grantBody{Tag: tag, Size: req.size, RequestID: req.id.String()}, &reply)
+	// The request is idempotent by its request ID; saying so lets the
+	// transport resend it by itself when a kept-alive connection turns out
+	// dead.
+	err := c.post(ctx, base+"/v1/segments", grantBody{Tag: tag, Size: req.size, RequestID: req.id.String()}, &reply,
+		"Idempotency-Key", req.id.String())
 	if err != nil {
 		return segment.Grant{}, err
 	}
@@ -274,9 +278,10 @@ func (c *Client) giveBack(ctx context.Context, tag string, id uuid.UUID, r segme
 // maxReply bounds the body read from an instance.
 const maxReply = 64 << 10
 
-// post sends body as JSON to url within one AttemptTimeout and decodes a
-// 200 reply into out; any other reply becomes an *APIError.
-func (c *Client) post(ctx context.Context, url string, body, out any) error {
+// post sends body as JSON to url, with the header name-value pairs, within
+// one AttemptTimeout, and decodes a 200 reply into out; any other reply
+// becomes an *APIError.
+func (c *Client) post(ctx context.Context, url string, body, out any, header ...string) error {
 	js, err := json.Marshal(body)
 	if err != nil {
 		return err
@@ -289,6 +294,9 @@ func (c *Client) post(ctx context.Context, url string, body, out any) error {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
 	resp, err := c.cfg.HTTPClient.Do(req)
 	if err != nil {
 		return err
