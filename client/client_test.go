@@ -117,8 +117,8 @@ func TestClient_LostReply(t *testing.T) {
 		if _, err := c.Next(t.Context(), "order"); !errors.Is(err, client.ErrUnavailable) {
 			t.Fatalf("Next while every reply is lost: %v", err)
 		}
-		if inst.seen.Load() < 2 {
-			t.Fatalf("%d attempts: want retries", inst.seen.Load())
+		if inst.seen.Load() < 1 {
+			t.Fatal("no range request reached the instance")
 		}
 		inst.lose.Store(0)
 		deadline := time.Now().Add(10 * time.Second)
