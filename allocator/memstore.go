@@ -19,9 +19,12 @@ var (
 // are unique only for as long as the MemStore lives: use it in tests, or in
 // a program that needs IDs unique within one process.
 type MemStore struct {
-	mu       sync.Mutex // protects tags and requests
+	mu       sync.Mutex // protects tags, requests and returned
 	tags     map[string]*Tag
 	requests map[uuid.UUID]Segment
+	// returned holds where the give-back of a caller's range started
+	// (GiveBackRange), by request ID.
+	returned map[uuid.UUID]int64
 }
 
 // NewMemStore returns an empty MemStore.

@@ -2,6 +2,7 @@ package allocator
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 
@@ -42,7 +43,8 @@ const clientSuffix = "/client"
 // The range is the caller's alone: the allocator never serves IDs from it,
 // and it does not raise the tag's floor here. The request carries that
 // floor, so a database that went back in time below the IDs this instance
-// was granted grants the caller nothing either (ErrRolledBack).
+// was granted is raised to it (and the repair logged) before the caller's
+// range is granted above it.
 //
 // size 0 asks for the tag's step; the store bounds size by step and
 // max_step. Errors after which the caller should retry with the same id
@@ -61,14 +63,19 @@ func (a *Allocator) GrantRange(ctx context.Context, tag string, size int64, id u
 	seg, err = a.allocate(ctx, req)
 	switch {
 	case err == nil:
-		a.cfg.Logger.Info("range granted to a client", "biz_tag", tag, "request_id", id, "first", seg.First, "last", seg.Last)
+		log := a.cfg.Logger.With("biz_tag", tag, "request_id", id, "first", seg.First, "last", seg.Last)
+		if seg.Repaired {
+			log.Error("REPAIRED rollback while granting a client range: the tag's max_id was below the highest id this instance was granted (restored backup or failover to a lagging replica?); raised it to that id; bump the tag past the old high-water mark",
+				"max_id_found", seg.FoundMaxID, "raised_to", floor)
+		}
+		log.Info("range granted to a client")
 		return seg, false, nil
 	case errors.Is(err, ErrUnknownTag), errors.Is(err, ErrInvalidTag):
 		return Segment{}, false, err
-	case errors.Is(err, ErrAlreadyGranted), errors.Is(err, ErrExhausted), errors.Is(err, ErrRolledBack):
-		// Granted before: find it. A refusal also looks the request up,
-		// because a store that refuses the bump never reaches the insert
-		// that would have said "granted before".
+	case errors.Is(err, ErrAlreadyGranted), errors.Is(err, ErrExhausted):
+		// Granted before: find it. "Exhausted" also looks the request
+		// up, because a store that refuses the bump never reaches the
+		// insert that would have said "granted before".
 		found, lerr := a.lookup(ctx, id)
 		switch {
 		case lerr == nil && found.Tag != tag:
@@ -128,22 +135,26 @@ func (a *Allocator) checkRange(tag string, id uuid.UUID) error {
 }
 
 // giveBackRangeSQL is the compare-and-set of GiveBack, guarded by the
-// segment log: the range is the tail of request $1's segment, and no other
-// request holds an ID at or above $3. The guard makes a late or repeated
-// give-back harmless: once another request was granted IDs from the tail,
-// max_id may end at $4 again, but the log shows that request.
+// segment log: [$3, $4] is the tail of request $1's segment, which gave
+// nothing back yet, and no other request keeps an ID at or above $3 (a
+// row's kept part ends at returned_from - 1, or last_id). The guard makes a
+// late, repeated or stranger's give-back harmless: once another request was
+// granted IDs of the tail, max_id may end at $4 again, but the log shows
+// that request.
 const giveBackRangeSQL = `
 UPDATE idmint_tags SET max_id = $3 - 1, updated_at = now()
 WHERE biz_tag = $2 AND max_id = $4
   AND EXISTS (SELECT 1 FROM idmint_segments
-              WHERE request_id = $1 AND biz_tag = $2 AND first_id <= $3 AND last_id = $4)
+              WHERE request_id = $1 AND biz_tag = $2 AND first_id <= $3 AND last_id = $4
+                AND returned_from IS NULL)
   AND NOT EXISTS (SELECT 1 FROM idmint_segments
-                  WHERE biz_tag = $2 AND last_id >= $3 AND request_id <> $1)`
+                  WHERE biz_tag = $2 AND COALESCE(returned_from - 1, last_id) >= $3 AND request_id <> $1)`
 
 // GiveBackRange implements RangeReturner. The tag's row is locked first, so
 // that the guarded update reads the segment log after every allocation
-// before it committed: under READ COMMITTED each statement sees what
-// committed before it began.
+// before it committed (under READ COMMITTED each statement sees what
+// committed before it began). The request's log row records the give-back
+// (returned_from) in the same transaction, as GiveBack does.
 func (p *Postgres) GiveBackRange(ctx context.Context, id uuid.UUID, tag string, first, last int64) (bool, error) {
 	var n int64
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
@@ -156,7 +167,11 @@ func (p *Postgres) GiveBackRange(ctx context.Context, id uuid.UUID, tag string, 
 			return err
 		}
 		res, err := tx.Exec(ctx, giveBackRangeSQL, id, tag, first, last)
-		n = res.RowsAffected()
+		if err != nil || res.RowsAffected() != 1 {
+			return err
+		}
+		n = 1
+		_, err = tx.Exec(ctx, `UPDATE idmint_segments SET returned_from = $2 WHERE request_id = $1`, id, first)
 		return err
 	})
 	if err != nil {
@@ -167,14 +182,26 @@ func (p *Postgres) GiveBackRange(ctx context.Context, id uuid.UUID, tag string, 
 
 // GiveBackRange implements RangeReturner in one write transaction.
 func (s *SQLite) GiveBackRange(ctx context.Context, id uuid.UUID, tag string, first, last int64) (bool, error) {
-	n, err := s.update(ctx, `
+	var n int64
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `
 UPDATE idmint_tags SET max_id = ?3 - 1, updated_at = `+nowSQL+`
 WHERE biz_tag = ?2 AND max_id = ?4
   AND EXISTS (SELECT 1 FROM idmint_segments
-              WHERE request_id = ?1 AND biz_tag = ?2 AND first_id <= ?3 AND last_id = ?4)
+              WHERE request_id = ?1 AND biz_tag = ?2 AND first_id <= ?3 AND last_id = ?4
+                AND returned_from IS NULL)
   AND NOT EXISTS (SELECT 1 FROM idmint_segments
-                  WHERE biz_tag = ?2 AND last_id >= ?3 AND request_id <> ?1)`,
-		id.String(), tag, first, last)
+                  WHERE biz_tag = ?2 AND COALESCE(returned_from - 1, last_id) >= ?3 AND request_id <> ?1)`,
+			id.String(), tag, first, last)
+		if err != nil {
+			return err
+		}
+		if n, err = res.RowsAffected(); err != nil || n != 1 {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE idmint_segments SET returned_from = ? WHERE request_id = ?`, first, id.String())
+		return err
+	})
 	if err != nil {
 		return false, fmt.Errorf("give back %q [%d, %d]: %w", tag, first, last, err)
 	}
@@ -190,14 +217,23 @@ func (m *MemStore) GiveBackRange(ctx context.Context, id uuid.UUID, tag string, 
 	defer m.mu.Unlock()
 	t, ok := m.tags[tag]
 	own, granted := m.requests[id]
-	if !ok || !granted || t.MaxID != last || own.Tag != tag || own.First > first || own.Last != last {
+	_, returned := m.returned[id]
+	if !ok || !granted || returned || t.MaxID != last || own.Tag != tag || own.First > first || own.Last != last {
 		return false, nil
 	}
 	for rid, seg := range m.requests {
-		if rid != id && seg.Tag == tag && seg.Last >= first {
+		kept := seg.Last
+		if from, ok := m.returned[rid]; ok {
+			kept = from - 1
+		}
+		if rid != id && seg.Tag == tag && kept >= first {
 			return false, nil
 		}
 	}
 	t.MaxID = first - 1
+	if m.returned == nil {
+		m.returned = map[uuid.UUID]int64{}
+	}
+	m.returned[id] = first
 	return true, nil
 }

@@ -129,20 +129,10 @@ func (s *SQLite) GiveBack(ctx context.Context, tag string, first, last int64) (b
 	if first < 1 || first > last {
 		return false, fmt.Errorf("give back %q: invalid range [%d, %d]", tag, first, last)
 	}
-	n, err := s.update(ctx, `UPDATE idmint_tags SET max_id = ?, updated_at = `+nowSQL+` WHERE biz_tag = ? AND max_id = ?`,
-		first-1, tag, last)
-	if err != nil {
-		return false, fmt.Errorf("give back %q [%d, %d]: %w", tag, first, last, err)
-	}
-	return n == 1, nil
-}
-
-// update runs one statement in a write transaction and returns the rows it
-// changed.
-func (s *SQLite) update(ctx context.Context, query string, args ...any) (int64, error) {
 	var n int64
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, query, args...)
+		res, err := tx.ExecContext(ctx, `UPDATE idmint_tags SET max_id = ?, updated_at = `+nowSQL+` WHERE biz_tag = ? AND max_id = ?`,
+			first-1, tag, last)
 		if err != nil {
 			return err
 		}
@@ -155,7 +145,10 @@ func (s *SQLite) update(ctx context.Context, query string, args ...any) (int64, 
 WHERE biz_tag = ? AND first_id <= ? AND COALESCE(returned_from - 1, last_id) >= ?`, first, tag, last, first)
 		return err
 	})
-	return n, err
+	if err != nil {
+		return false, fmt.Errorf("give back %q [%d, %d]: %w", tag, first, last, err)
+	}
+	return n == 1, nil
 }
 
 // Lookup implements Store.
