@@ -25,6 +25,7 @@ import (
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/checker"
 	"github.com/idmint/idmint/internal/pgtest"
+	"github.com/idmint/idmint/internal/storetest"
 )
 
 // grantReply is a range reply as it crossed one hop.
@@ -401,6 +402,22 @@ func TestClientExactlyOnce(t *testing.T) {
 			t.Errorf("%s refused %d ranges: client ranges confused its floor", in.name, st.Refused)
 		}
 	}
+	// Close the instances (they give back too), then audit the log: no
+	// two rows' kept IDs overlap, whoever gave back what.
+	for _, in := range []*instance{a, b, c} {
+		in.alloc.Close(context.Background())
+	}
+	audit, err := admin.Pool().Query(context.Background(), storetest.AuditSQL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for audit.Next() {
+		var tg string
+		var first, kept, prev int64
+		audit.Scan(&tg, &first, &kept, &prev)
+		t.Errorf("segment log: %s row [%d, %d] overlaps an earlier row's kept ids (up to %d)", tg, first, kept, prev)
+	}
+	audit.Close()
 	logged, recovered := run.requireExactlyOnce(admin)
 	if recovered < len(lostAtA)+1 {
 		t.Errorf("%d ranges reached clients as recovered; want the %d lost at inst-a and the one of inst-c", recovered, len(lostAtA))
