@@ -8,7 +8,7 @@ GO    ?= go
 IMAGE ?= idmint:dev
 BIN   ?= bin/idmint
 
-.PHONY: run test bench lint build image drill drill-ha
+.PHONY: run test bench bench-http lint build image drill drill-ha
 
 run:
 	$(GO) run ./cmd/idmint serve
@@ -18,6 +18,15 @@ test:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# bench-http measures GET /id of `idmint serve` side by side with a bare
+# net/http handler and a nextval()-per-request handler on real PostgreSQL
+# (cmd/idmint-bench), e.g. make bench-http BENCH_ARGS='-rounds 5 -cpu-profile /tmp/idmint.pprof'
+bench-http:
+	@mkdir -p bin
+	$(GO) build -o $(BIN) ./cmd/idmint
+	$(GO) build -o bin/idmint-bench ./cmd/idmint-bench
+	bin/idmint-bench -idmint $(BIN) $(BENCH_ARGS)
 
 lint:
 	@unformatted=$$(gofmt -l .); \

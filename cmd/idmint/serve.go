@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"sync"
 	"time"
 
@@ -32,6 +33,7 @@ type serveConfig struct {
 	shutdownTimeout time.Duration
 	pruneAfter      time.Duration
 	accessLog       bool
+	cpuProfile      string
 	log             logConfig
 	snowflake       snowflakeConfig
 }
@@ -53,6 +55,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "longest graceful shutdown waits for in-flight requests")
 	fs.DurationVar(&c.pruneAfter, "prune-after", 7*24*time.Hour, fmt.Sprintf("delete segment-log rows older than this (0 keeps them; at least %v)", minPruneAfter))
 	fs.BoolVar(&c.accessLog, "access-log", true, "log one line per HTTP request")
+	fs.StringVar(&c.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run to this file (for go tool pprof)")
 	c.log.register(fs)
 	c.snowflake.register(fs)
 	if _, err := parseFlags(fs, args); err != nil {
@@ -124,6 +127,15 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) error {
 		return fmt.Errorf("listen on %s: %w", c.listen, err)
 	}
 	logger.Info("idmint serving", "listen", ln.Addr().String(), "instance", c.instance, "version", version())
+	if c.cpuProfile != "" {
+		stop, err := startCPUProfile(c.cpuProfile)
+		if err != nil {
+			ln.Close()
+			alloc.Close(ctx)
+			return err
+		}
+		defer stop()
+	}
 
 	var wg sync.WaitGroup
 	bg, stopBG := context.WithCancel(context.Background())
@@ -159,6 +171,22 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) error {
 // (and resumed) for up to half the retention, so rows must outlive them by
 // far.
 const minPruneAfter = time.Hour
+
+// startCPUProfile profiles the process into path until stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
+}
 
 // prune deletes old segment-log rows every hour.
 func prune(ctx context.Context, store pruner, age time.Duration, logger *slog.Logger) {

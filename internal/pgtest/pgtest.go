@@ -373,3 +373,11 @@ func freePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// Start starts a server chosen like the shared one, for programs that are not
+// tests (such as the HTTP benchmark). The caller must Close it.
+func Start() (*Server, error) { return start() }
+
+// Close stops a server from Start and removes everything it used. It does
+// nothing for an external server.
+func (s *Server) Close(ctx context.Context) error { return s.close(ctx) }

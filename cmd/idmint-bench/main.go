@@ -1,0 +1,50 @@
+// Command idmint-bench measures idmint's GET /id side by side with two
+// reference servers, in one run, on real PostgreSQL:
+//
+//   - bare: net/http returning an atomic counter as JSON (the ceiling);
+//   - idmint: `idmint serve` with its default configuration;
+//   - nextval: net/http calling PostgreSQL nextval() once per ID.
+//
+// wrk drives each in alternating rounds; the command prints the median
+// rate and latency of each, idmint's ratios to the bare server, database
+// round trips per million IDs, the segment-switch scenario (a fresh tag with
+// step 10 under the same load), /ids throughput in IDs/s, and idmint's RSS
+// with 1 and with many warm tags. `make bench-http` runs it.
+//
+// PostgreSQL comes from IDMINT_BENCH_DATABASE_URL if set, else from the
+// test harness (internal/pgtest: Docker or local server binaries, see
+// IDMINT_TEST_PG).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "idmint-bench:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "serve-bare", "serve-nextval":
+			return runReference(ctx, args[0], args[1:], stderr)
+		}
+	}
+	return runBench(ctx, args, stdout, stderr)
+}
