@@ -122,8 +122,15 @@ func (c *Config) setDefaults() {
 type span struct {
 	Range
 	prefetchAt int64 // the first ID whose take starts the next fetch
-	next       atomic.Int64
+	// next has a cache line of its own: every take writes it, and the
+	// read-only fields above must not move between cores with it.
+	_    [cacheLine - 24]byte
+	next atomic.Int64
+	_    [cacheLine - 8]byte
 }
+
+// cacheLine is the size of a CPU cache line on common hardware.
+const cacheLine = 64
 
 func newSpan(r Range, threshold float64) *span {
 	s := &span{Range: r}
