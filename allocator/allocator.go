@@ -172,6 +172,25 @@ func (a *Allocator) NextN(ctx context.Context, tag string, n int) ([]int64, erro
 	return ids, nil
 }
 
+// NextRanges takes n IDs for tag and appends them to dst as increasing
+// ranges of consecutive IDs (usually one, two when the IDs span a segment
+// switch). On error it returns dst unchanged: the IDs already taken are a
+// gap.
+func (a *Allocator) NextRanges(ctx context.Context, tag string, n int, dst []segment.Range) ([]segment.Range, error) {
+	if n < 1 {
+		return dst, fmt.Errorf("count %d: must be at least 1", n)
+	}
+	b, err := a.buffer(tag)
+	if err != nil {
+		return dst, err
+	}
+	out, err := b.TakeRanges(ctx, n, dst)
+	if err != nil {
+		return dst, a.takeFailed(tag, b, err)
+	}
+	return out, nil
+}
+
 // buffer returns tag's buffer, creating it on first use.
 func (a *Allocator) buffer(tag string) (*segment.Buffer, error) {
 	if b := a.hot.Load().find(tag); b != nil {

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/go-chi/chi/v5/middleware"
+
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/segment"
 )
@@ -18,6 +20,7 @@ const (
 	CodeBadRequest    = "bad_request"
 	CodeInvalidTag    = "invalid_biz_tag"
 	CodeInvalidCount  = "invalid_count"
+	CodeInvalidFormat = "invalid_format"
 	CodeUnknownTag    = "unknown_tag"
 	CodeUnavailable   = "unavailable"
 	CodeRolledBack    = "rolled_back"
@@ -93,7 +96,8 @@ type errorBody struct {
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	ae := toAPIError(err)
 	if ae.status >= 500 {
-		log.Warn("request failed", "path", r.URL.Path, "query", r.URL.RawQuery, "status", ae.status, "code", ae.code, "err", err)
+		log.Warn("request failed", "path", r.URL.Path, "query", r.URL.RawQuery, "status", ae.status, "code", ae.code, "err", err,
+			"request_id", middleware.GetReqID(r.Context()))
 	}
 	if ae.retryAfter > 0 {
 		secs := int(math.Ceil(ae.retryAfter.Seconds()))

@@ -1,28 +1,26 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/segment"
 )
 
-type idResponse struct {
-	Tag string `json:"biz_tag"`
-	ID  int64  `json:"id,string"`
-}
-
-type idsResponse struct {
-	Tag string   `json:"biz_tag"`
-	IDs []string `json:"ids"`
-}
+// The ID routes are the hot path: they read their parameters without
+// building a query map, leave the tag's validation to the allocator (which
+// validates a tag only when it has no buffer for it yet), and append-encode
+// the reply into a pooled buffer.
 
 func (s *Server) handleID(w http.ResponseWriter, r *http.Request) {
-	tag, err := parseTag(r.URL.Query())
+	tag, err := tagParam(r.URL.RawQuery)
 	if err != nil {
 		writeError(w, r, s.cfg.Logger, err)
 		return
@@ -32,37 +30,168 @@ func (s *Server) handleID(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.cfg.Logger, err)
 		return
 	}
+	buf := replies.Get().(*reply)
+	defer buf.release()
 	if wantsText(r) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Header().Set("Cache-Control", "no-store")
-		fmt.Fprintf(w, "%d\n", id)
+		buf.b = append(strconv.AppendInt(buf.b[:0], id, 10), '\n')
+		writeBody(w, http.StatusOK, contentText, buf.b)
 		return
 	}
-	writeJSON(w, http.StatusOK, idResponse{Tag: tag, ID: id})
+	b := append(buf.b[:0], `{"biz_tag":`...)
+	b = appendJSONString(b, tag)
+	b = append(b, `,"id":"`...)
+	b = strconv.AppendInt(b, id, 10)
+	buf.b = append(b, "\"}\n"...)
+	writeBody(w, http.StatusOK, contentJSON, buf.b)
 }
 
 func (s *Server) handleIDs(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	tag, err := parseTag(q)
+	raw := r.URL.RawQuery
+	tag, err := tagParam(raw)
 	if err != nil {
 		writeError(w, r, s.cfg.Logger, err)
 		return
 	}
-	n, err := parseCount(q, s.cfg.MaxCount)
+	n, err := countParam(raw, s.cfg.MaxCount)
 	if err != nil {
 		writeError(w, r, s.cfg.Logger, err)
 		return
 	}
-	ids, err := s.cfg.Allocator.NextN(r.Context(), tag, n)
+	asRanges, err := formatParam(raw)
 	if err != nil {
 		writeError(w, r, s.cfg.Logger, err)
 		return
 	}
-	resp := idsResponse{Tag: tag, IDs: make([]string, len(ids))}
-	for i, id := range ids {
-		resp.IDs[i] = strconv.FormatInt(id, 10)
+	buf := replies.Get().(*reply)
+	defer buf.release()
+	if buf.ranges, err = s.cfg.Allocator.NextRanges(r.Context(), tag, n, buf.ranges[:0]); err != nil {
+		writeError(w, r, s.cfg.Logger, err)
+		return
 	}
-	writeJSON(w, http.StatusOK, resp)
+	b := append(buf.b[:0], `{"biz_tag":`...)
+	b = appendJSONString(b, tag)
+	if asRanges {
+		b = append(b, `,"ranges":[`...)
+		for i, rg := range buf.ranges {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `["`...)
+			b = strconv.AppendInt(b, rg.First, 10)
+			b = append(b, `","`...)
+			b = strconv.AppendInt(b, rg.Last, 10)
+			b = append(b, `"]`...)
+		}
+	} else {
+		b = append(b, `,"ids":[`...)
+		sep := false
+		for _, rg := range buf.ranges {
+			for id := rg.First; id <= rg.Last; id++ {
+				if sep {
+					b = append(b, ',')
+				}
+				sep = true
+				b = append(b, '"')
+				b = strconv.AppendInt(b, id, 10)
+				b = append(b, '"')
+			}
+		}
+	}
+	buf.b = append(b, "]}\n"...)
+	writeBody(w, http.StatusOK, contentJSON, buf.b)
+}
+
+// reply is a pooled buffer for one reply and the ranges behind it.
+type reply struct {
+	b      []byte
+	ranges []segment.Range
+}
+
+var replies = sync.Pool{New: func() any { return &reply{b: make([]byte, 0, 128)} }}
+
+// maxPooledReply bounds the buffers kept for reuse: a rare huge reply
+// (a large --max-count) is left to the garbage collector.
+const maxPooledReply = 64 << 10
+
+func (r *reply) release() {
+	if cap(r.b) <= maxPooledReply && cap(r.ranges) <= 64 {
+		replies.Put(r)
+	}
+}
+
+// Header values shared by every reply. net/http never modifies them, and
+// Set or Add on a header replaces the slice rather than writing into it.
+var (
+	contentJSON = []string{"application/json"}
+	contentText = []string{"text/plain; charset=utf-8"}
+	noStore     = []string{"no-store"}
+)
+
+// writeBody writes an encoded reply.
+func writeBody(w http.ResponseWriter, status int, contentType []string, body []byte) {
+	h := w.Header()
+	h["Content-Type"] = contentType
+	h["Cache-Control"] = noStore
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+// appendJSONString appends s as a JSON string, escaped as encoding/json
+// does. A tag needs no escape; anything else goes through encoding/json.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x80 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// tagParam returns the one biz_tag of a raw query. Its format is checked by
+// the allocator, only when the tag has no buffer yet.
+func tagParam(raw string) (string, error) {
+	tag, n := queryParam(raw, "biz_tag")
+	switch {
+	case tag == "":
+		return "", errTagRequired
+	case n > 1:
+		return "", errTagTwice
+	}
+	return tag, nil
+}
+
+var (
+	errTagRequired = badRequest(CodeInvalidTag, "biz_tag is required, e.g. /id?biz_tag=order")
+	errTagTwice    = badRequest(CodeInvalidTag, "give biz_tag once")
+)
+
+// countParam returns the count of a raw query: a decimal from 1 to limit.
+func countParam(raw string, limit int) (int, error) {
+	v, n := queryParam(raw, "count")
+	if n != 1 {
+		return 0, badRequest(CodeInvalidCount, fmt.Sprintf("count is required once, 1 to %d", limit))
+	}
+	c, err := strconv.Atoi(v)
+	if err != nil || c < 1 || c > limit {
+		return 0, badRequest(CodeInvalidCount, fmt.Sprintf("count must be a whole number from 1 to %d", limit))
+	}
+	return c, nil
+}
+
+// formatParam reports whether a raw query asks for ranges (format=ranges)
+// rather than the list of IDs (no format, or format=list).
+func formatParam(raw string) (ranges bool, err error) {
+	v, n := queryParam(raw, "format")
+	switch {
+	case n == 0 || n == 1 && v == "list":
+		return false, nil
+	case n == 1 && v == "ranges":
+		return true, nil
+	}
+	return false, badRequest(CodeInvalidFormat, "format must be given at most once: list (the default) or ranges")
 }
 
 // parseTag returns the one biz_tag of a query, validated.
@@ -70,27 +199,14 @@ func parseTag(q url.Values) (string, error) {
 	vals, ok := q["biz_tag"]
 	switch {
 	case !ok || len(vals) == 0 || vals[0] == "":
-		return "", badRequest(CodeInvalidTag, "biz_tag is required, e.g. /id?biz_tag=order")
+		return "", errTagRequired
 	case len(vals) > 1:
-		return "", badRequest(CodeInvalidTag, "give biz_tag once")
+		return "", errTagTwice
 	}
 	if err := allocator.ValidateTag(vals[0]); err != nil {
 		return "", badRequest(CodeInvalidTag, err.Error())
 	}
 	return vals[0], nil
-}
-
-// parseCount returns the count of a query: a decimal from 1 to limit.
-func parseCount(q url.Values, limit int) (int, error) {
-	vals := q["count"]
-	if len(vals) != 1 {
-		return 0, badRequest(CodeInvalidCount, fmt.Sprintf("count is required once, 1 to %d", limit))
-	}
-	n, err := strconv.Atoi(vals[0])
-	if err != nil || n < 1 || n > limit {
-		return 0, badRequest(CodeInvalidCount, fmt.Sprintf("count must be a whole number from 1 to %d", limit))
-	}
-	return n, nil
 }
 
 func wantsText(r *http.Request) bool {

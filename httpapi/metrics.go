@@ -3,13 +3,13 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -33,6 +33,11 @@ type Metrics struct {
 	loadDuration *prometheus.HistogramVec
 	requests     *prometheus.CounterVec
 	duration     *prometheus.HistogramVec
+
+	// routes holds each route's resolved metrics (see route): an immutable
+	// map, replaced under routesMu when a route is first seen.
+	routes   atomic.Pointer[map[string]*routeMetrics]
+	routesMu sync.Mutex
 
 	// known holds the tags that loaded a segment once. Failed loads of other
 	// tags are not observed: a flood of requests for made-up tags during a
@@ -61,6 +66,7 @@ func NewMetrics() *Metrics {
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"route"}),
 	}
+	m.routes.Store(&map[string]*routeMetrics{})
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -87,26 +93,51 @@ func (m *Metrics) ObserveLoad(tag string, latency time.Duration, err error) {
 // probing random paths make one series, not one per path.
 const unmatchedRoute = "unmatched"
 
-// instrument counts and times requests by chi route pattern. It runs inside
-// the router, so the pattern is known once the handler returns.
-func (m *Metrics) instrument(now func() time.Time) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			start := now()
-			ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
-			next.ServeHTTP(ww, r)
-			route := unmatchedRoute
-			if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
-				route = rc.RoutePattern()
-			}
-			status := ww.Status()
-			if status == 0 {
-				status = http.StatusOK
-			}
-			m.requests.WithLabelValues(route, strconv.Itoa(status)).Inc()
-			m.duration.WithLabelValues(route).Observe(now().Sub(start).Seconds())
-		})
+// routeMetrics are one route's request counter and latency histogram,
+// resolved once, so that observing a request costs no label lookup. Every
+// route registered on the server's router gets them by its chi pattern.
+type routeMetrics struct {
+	name     string
+	ok       prometheus.Counter // code 200, the hot one
+	duration prometheus.Observer
+	m        *Metrics
+}
+
+// route returns the metrics of a route pattern ("" for no route).
+func (m *Metrics) route(pattern string) *routeMetrics {
+	if pattern == "" {
+		pattern = unmatchedRoute
 	}
+	if rm, ok := (*m.routes.Load())[pattern]; ok {
+		return rm
+	}
+	m.routesMu.Lock()
+	defer m.routesMu.Unlock()
+	routes := *m.routes.Load()
+	if rm, ok := routes[pattern]; ok {
+		return rm
+	}
+	rm := &routeMetrics{
+		name:     pattern,
+		ok:       m.requests.WithLabelValues(pattern, "200"),
+		duration: m.duration.WithLabelValues(pattern),
+		m:        m,
+	}
+	next := make(map[string]*routeMetrics, len(routes)+1)
+	maps.Copy(next, routes)
+	next[pattern] = rm
+	m.routes.Store(&next)
+	return rm
+}
+
+// observe records one request.
+func (rm *routeMetrics) observe(status int, d time.Duration) {
+	if status == http.StatusOK {
+		rm.ok.Inc()
+	} else {
+		rm.m.requests.WithLabelValues(rm.name, strconv.Itoa(status)).Inc()
+	}
+	rm.duration.Observe(d.Seconds())
 }
 
 // attach registers the collector that reads a's Stats at scrape time.

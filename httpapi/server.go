@@ -5,10 +5,11 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/go-chi/chi/v5/middleware"
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/segment"
@@ -17,7 +18,7 @@ import (
 // Allocator is what the API needs from an allocator.Allocator.
 type Allocator interface {
 	Next(ctx context.Context, tag string) (int64, error)
-	NextN(ctx context.Context, tag string, n int) ([]int64, error)
+	NextRanges(ctx context.Context, tag string, n int, dst []segment.Range) ([]segment.Range, error)
 	Stats() []segment.Stats
 	TagStats(ctx context.Context, tag string) (segment.Stats, error)
 	Ping(ctx context.Context) error
@@ -32,11 +33,14 @@ type Config struct {
 	Instance string
 	// MaxCount bounds count in /ids (default 1000).
 	MaxCount int
-	// RequestTimeout bounds one request (default 5s).
+	// RequestTimeout bounds the time a request may wait, for a segment or
+	// the database (default 5s). The timer starts only when the request
+	// waits: one served from memory never makes one.
 	RequestTimeout time.Duration
 	// PingTimeout bounds the database check of /id/health (default 1s).
 	PingTimeout time.Duration
-	// AccessLog logs one line per request.
+	// AccessLog logs one line per request (default off: at tens of
+	// thousands of requests per second the log costs more than the ID).
 	AccessLog bool
 	// Metrics is served at /metrics. Nil makes a new one, whose segment
 	// load histogram stays empty: for it, pass Metrics.ObserveLoad as the
@@ -50,9 +54,18 @@ type Config struct {
 }
 
 // Server is the HTTP API. It is an http.Handler.
+//
+// Every request gets, before the router: a request ID (chi's
+// middleware.GetReqID reads it), a bounded wait (RequestTimeout), panic
+// recovery into a JSON 500, and per-route metrics by chi pattern; routes
+// mounted on Router get them too.
 type Server struct {
 	cfg    Config
-	router chi.Router
+	router *chi.Mux
+
+	exchanges     sync.Pool // *exchange
+	requestSeq    atomic.Uint64
+	requestPrefix string
 }
 
 // NewServer returns the API over cfg.Allocator.
@@ -76,15 +89,9 @@ func NewServer(cfg Config) *Server {
 		cfg.Metrics = NewMetrics()
 	}
 	cfg.Metrics.attach(cfg.Allocator, cfg.PingTimeout)
-	s := &Server{cfg: cfg}
+	s := &Server{cfg: cfg, requestPrefix: requestPrefix()}
+	s.exchanges.New = func() any { return new(exchange) }
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID)
-	if cfg.AccessLog {
-		r.Use(s.accessLog)
-	}
-	r.Use(cfg.Metrics.instrument(cfg.Now))
-	r.Use(s.recoverer)
-	r.Use(timeout(cfg.RequestTimeout))
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.cfg.Logger, &apiError{status: http.StatusNotFound, code: CodeNotFound, message: "no such endpoint: " + r.URL.Path})
 	})
@@ -107,7 +114,7 @@ func NewServer(cfg Config) *Server {
 }
 
 // ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.router.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.serve(w, r) }
 
 // Router returns the chi router, so that a program can mount more routes.
 func (s *Server) Router() chi.Router { return s.router }

@@ -294,6 +294,35 @@ func (b *Buffer) TakeN(ctx context.Context, n int, dst []int64) ([]int64, error)
 	return dst, nil
 }
 
+// TakeRanges takes up to n IDs, as TakeN does, and appends them to dst as
+// ranges, consecutive IDs as one range, so that a batch costs a few atomic
+// adds whatever its size. It returns an error, and the ranges taken so far,
+// when the buffer runs dry before n.
+func (b *Buffer) TakeRanges(ctx context.Context, n int, dst []Range) ([]Range, error) {
+	for left := int64(n); left > 0; {
+		s := b.cur.Load()
+		r, ok := Range{}, false
+		if s != nil {
+			r, ok = s.takeN(left)
+		}
+		if ok {
+			b.maybePrefetch(s, r.Last)
+		} else {
+			var err error
+			if r, err = b.takeSlow(ctx, left); err != nil {
+				return dst, err
+			}
+		}
+		if k := len(dst) - 1; k >= 0 && dst[k].Last+1 == r.First {
+			dst[k].Last = r.Last
+		} else {
+			dst = append(dst, r)
+		}
+		left -= r.Len()
+	}
+	return dst, nil
+}
+
 // Ready waits, at most WaitTimeout, until the buffer has an ID to hand out,
 // loading the first range if needed. It takes no ID.
 func (b *Buffer) Ready(ctx context.Context) error {
