@@ -88,7 +88,16 @@ func (l load) run(ctx context.Context, url string, d time.Duration) (result, err
 	if err := cmd.Run(); err != nil {
 		return result{}, fmt.Errorf("wrk %s: %w\n%s", url, err, out.String())
 	}
-	sc := bufio.NewScanner(&out)
+	r, err := parseWrk(out.String())
+	if err != nil {
+		return result{}, fmt.Errorf("wrk %s: %w", url, err)
+	}
+	return r, nil
+}
+
+// parseWrk reads the result line wrkScript prints.
+func parseWrk(out string) (result, error) {
+	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
 		if len(f) != 10 || f[0] != "IDMINT-BENCH" {
@@ -98,7 +107,7 @@ func (l load) run(ctx context.Context, url string, d time.Duration) (result, err
 		for i := range v {
 			n, err := strconv.ParseInt(f[i+1], 10, 64)
 			if err != nil {
-				return result{}, fmt.Errorf("wrk output %q: %w", sc.Text(), err)
+				return result{}, fmt.Errorf("result line %q: %w", sc.Text(), err)
 			}
 			v[i] = n
 		}
@@ -108,7 +117,7 @@ func (l load) run(ctx context.Context, url string, d time.Duration) (result, err
 			socket: v[4] + v[5] + v[6] + v[8], non2xx: v[7],
 		}, nil
 	}
-	return result{}, fmt.Errorf("wrk %s: no result line in its output:\n%s", url, out.String())
+	return result{}, fmt.Errorf("no result line in its output:\n%s", out)
 }
 
 // series is the results of one target over the rounds.
