@@ -105,12 +105,7 @@ func TestServer_IDsRanges(t *testing.T) {
 // X-Request-Id is kept, others get distinct ones, and an error's log line
 // carries the same ID as the request's access log line.
 func TestServer_RequestIDs(t *testing.T) {
-	m := allocator.NewMemStore()
-	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order"}); err != nil {
-		t.Fatal(err)
-	}
-	a := allocator.New(allocator.Config{Store: m, Logger: quiet()})
-	t.Cleanup(func() { a.Close(context.Background()) })
+	a := orderAllocator(t, allocator.NewMemStore())
 	var logs testlog.Buffer
 	srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{
 		Allocator: a, AccessLog: true, Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
@@ -155,12 +150,7 @@ func TestServer_RequestIDs(t *testing.T) {
 
 // TestServer_AccessLogOff checks that the access log is off unless asked for.
 func TestServer_AccessLogOff(t *testing.T) {
-	m := allocator.NewMemStore()
-	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order"}); err != nil {
-		t.Fatal(err)
-	}
-	a := allocator.New(allocator.Config{Store: m, Logger: quiet()})
-	t.Cleanup(func() { a.Close(context.Background()) })
+	a := orderAllocator(t, allocator.NewMemStore())
 	var logs testlog.Buffer
 	srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: slog.New(slog.NewJSONHandler(&logs, nil))}))
 	defer srv.Close()
@@ -170,6 +160,27 @@ func TestServer_AccessLogOff(t *testing.T) {
 	if strings.Contains(logs.String(), `"msg":"http"`) {
 		t.Fatalf("access log line without AccessLog:\n%s", logs.String())
 	}
+}
+
+// orderAllocator returns an allocator over m, with the tag "order", whose
+// segments wait up to an hour; wrap, if given, wraps the store.
+func orderAllocator(tb testing.TB, m *allocator.MemStore, wrap ...func(*allocator.MemStore) allocator.Store) *allocator.Allocator {
+	tb.Helper()
+	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order"}); err != nil {
+		tb.Fatal(err)
+	}
+	var store allocator.Store = m
+	for _, w := range wrap {
+		store = w(m)
+	}
+	a := allocator.New(allocator.Config{Store: store, Logger: quiet(),
+		Segment: segment.Config{WaitTimeout: time.Hour, LoadTimeout: time.Hour}})
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		a.Close(ctx)
+	})
+	return a
 }
 
 // blockingStore never answers an allocation until its context ends.
@@ -184,17 +195,7 @@ func (blockingStore) Allocate(ctx context.Context, _ allocator.Request) (allocat
 // bounded by RequestTimeout even when the buffer would wait far longer: the
 // deadline's timer starts lazily, but it does start.
 func TestServer_RequestTimeout(t *testing.T) {
-	m := allocator.NewMemStore()
-	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order"}); err != nil {
-		t.Fatal(err)
-	}
-	a := allocator.New(allocator.Config{Store: blockingStore{m}, Logger: quiet(),
-		Segment: segment.Config{WaitTimeout: time.Hour, LoadTimeout: time.Hour}})
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		a.Close(ctx)
-	})
+	a := orderAllocator(t, allocator.NewMemStore(), func(m *allocator.MemStore) allocator.Store { return blockingStore{m} })
 	srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), RequestTimeout: 50 * time.Millisecond}))
 	defer srv.Close()
 	// The client gives up long before the buffer would: a request that is
