@@ -141,9 +141,12 @@ func New(cfg Config) *Allocator {
 // Next returns the next ID for tag. For a warm tag it costs a map lookup
 // and an atomic add: no lock, no allocation.
 func (a *Allocator) Next(ctx context.Context, tag string) (int64, error) {
-	b, err := a.buffer(tag)
-	if err != nil {
-		return 0, err
+	b := a.hot.Load().find(tag)
+	if b == nil {
+		var err error
+		if b, err = a.buffer(tag); err != nil {
+			return 0, err
+		}
 	}
 	id, err := b.Take(ctx)
 	if err != nil {

@@ -330,10 +330,15 @@ func (b *Buffer) Ready(ctx context.Context) error {
 	return err
 }
 
+// maybePrefetch starts the next load once id crosses the threshold. It is
+// small enough to be inlined into Take: the call happens once per range.
 func (b *Buffer) maybePrefetch(s *span, id int64) {
-	if id < s.prefetchAt || !b.wantNext.Load() {
-		return
+	if id >= s.prefetchAt && b.wantNext.Load() {
+		b.prefetch()
 	}
+}
+
+func (b *Buffer) prefetch() {
 	if b.clock() < b.retryAt.Load() {
 		return
 	}
