@@ -98,6 +98,9 @@ func NewServer(cfg Config) *Server {
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, s.cfg.Logger, &apiError{status: http.StatusMethodNotAllowed, code: CodeMethod, message: "method " + r.Method + " not allowed; use GET"})
 	})
+	// Every route gets what serve does around the router (request ID,
+	// bounded wait, recovery, metrics by its pattern); middleware for some
+	// routes only goes in with r.With or r.Group.
 	r.Get("/id", s.handleID)
 	r.Get("/ids", s.handleIDs)
 	r.Get("/id/health", s.handleHealth)
