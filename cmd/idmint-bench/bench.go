@@ -231,10 +231,16 @@ func (b *bench) report(res map[string]series) {
 	}
 	b.printf("\nidmint / bare: throughput %.2f× (target ≥ 0.85), p99 %.2f× (target ≤ 1.2)\n",
 		ratio(idm.rate(), bare.rate()), ratio(float64(idm.p99), float64(bare.p99)))
+	// The same, round by round: each round runs the two back to back, so
+	// the median of their ratios resists a machine whose load drifts.
+	tr, pr := pairedRatios(res["idmint"], res["bare"])
+	b.printf("idmint / bare, median of per-round ratios: throughput %.2f×, p99 %.2f×\n", tr, pr)
 	b.printf("nextval / bare: throughput %.2f×; idmint / nextval: %.2f×\n",
 		ratio(nv.rate(), bare.rate()), ratio(idm.rate(), nv.rate()))
 	b.printf("segment switches (fresh step-10 tag): %d non-2xx, %d socket errors; p99 %.2f× the steady p99 (target 0 and ≤ 1.1)\n",
 		sw.non2xx, sw.socket, ratio(float64(sw.p99), float64(idm.p99)))
+	_, swp := pairedRatios(res["switch"], res["idmint"])
+	b.printf("segment switches, median of per-round ratios: p99 %.2f× the steady p99\n", swp)
 	rg, ls := res["ranges"].median(), res["list"].median()
 	b.printf("GET /ids count=1000: format=ranges %.1f M IDs/s (target ≥ 20), list %.1f M IDs/s; non-2xx %d\n",
 		rg.rate()*1000/1e6, ls.rate()*1000/1e6, rg.non2xx+ls.non2xx)

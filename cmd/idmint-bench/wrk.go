@@ -131,14 +131,7 @@ func (s series) median() (m result) {
 		for i, r := range s {
 			v[i] = f(r)
 		}
-		slices.Sort(v)
-		if len(v) == 0 {
-			return 0
-		}
-		if len(v)%2 == 1 {
-			return v[len(v)/2]
-		}
-		return (v[len(v)/2-1] + v[len(v)/2]) / 2
+		return median(v)
 	}
 	rate := med(func(r result) float64 { return r.rate() })
 	m.duration = time.Second
@@ -150,4 +143,29 @@ func (s series) median() (m result) {
 		m.socket += r.socket
 	}
 	return m
+}
+
+// pairedRatios returns the medians, over the rounds, of a's rate and p99
+// over b's in the same round.
+func pairedRatios(a, b series) (rate, p99 float64) {
+	var rates, p99s []float64
+	for i := range min(len(a), len(b)) {
+		if b[i].rate() > 0 && b[i].p99 > 0 {
+			rates = append(rates, a[i].rate()/b[i].rate())
+			p99s = append(p99s, float64(a[i].p99)/float64(b[i].p99))
+		}
+	}
+	return median(rates), median(p99s)
+}
+
+// median returns the median of v (0 for none), sorting v.
+func median(v []float64) float64 {
+	slices.Sort(v)
+	switch {
+	case len(v) == 0:
+		return 0
+	case len(v)%2 == 1:
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
 }

@@ -34,3 +34,15 @@ func TestSeries_Median(t *testing.T) {
 		t.Fatalf("median of two = %+v", m)
 	}
 }
+
+func TestPairedRatios(t *testing.T) {
+	r := func(reqs int64, p99 time.Duration) result {
+		return result{requests: reqs, duration: time.Second, p99: p99}
+	}
+	a := series{r(90, 2*time.Millisecond), r(50, 3*time.Millisecond), r(80, 4*time.Millisecond)}
+	b := series{r(100, 2*time.Millisecond), r(100, 2*time.Millisecond), r(100, 4*time.Millisecond)}
+	rate, p99 := pairedRatios(a, b)
+	if rate != 0.8 || p99 != 1 {
+		t.Fatalf("pairedRatios = %v, %v; want 0.8, 1", rate, p99)
+	}
+}
