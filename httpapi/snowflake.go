@@ -91,7 +91,7 @@ func (s *Server) handleSnowflake(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleSnowflakes(w http.ResponseWriter, r *http.Request) {
-	n, err := parseCount(r.URL.Query(), s.cfg.MaxCount)
+	n, err := countParam(r.URL.RawQuery, s.cfg.MaxCount)
 	if err != nil {
 		writeError(w, r, s.cfg.Logger, err)
 		return
