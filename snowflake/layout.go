@@ -151,13 +151,21 @@ type Parts struct {
 	Sequence  int64
 }
 
-// Parse decodes an ID of the layout. Any positive 63-bit number decodes;
-// only zero and negative numbers are not IDs.
+// lastMilli is the last millisecond of year 9999, the last time RFC 3339
+// (and JSON) can write.
+var lastMilli = time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC).UnixMilli()
+
+// Parse decodes an ID of the layout. Any positive 63-bit number whose time
+// is at most year 9999 decodes (with 48 time bits or more, larger numbers
+// lie beyond it: no clock made them, and RFC 3339 cannot write their time).
 func (l Layout) Parse(id int64) (Parts, error) {
 	if id <= 0 {
 		return Parts{}, fmt.Errorf("%w: %d: want a positive 63-bit integer", ErrInvalidID, id)
 	}
 	ms := id >> (l.WorkerBits + l.SequenceBits)
+	if ms > lastMilli-l.EpochMillis() {
+		return Parts{}, fmt.Errorf("%w: %d: its time is after year 9999", ErrInvalidID, id)
+	}
 	p := Parts{
 		ID:       id,
 		Worker:   id >> l.SequenceBits & l.MaxWorker(),
