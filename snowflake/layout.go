@@ -135,6 +135,13 @@ func (l Layout) MaxMillis() int64 { return 1<<l.TimeBits - 1 }
 // EpochMillis is the epoch in milliseconds since the Unix epoch.
 func (l Layout) EpochMillis() int64 { return l.Epoch.UnixMilli() }
 
+// inRange reports whether the Unix millisecond ms fits the layout's time
+// bits: at or after the epoch, at most MaxMillis after it.
+func (l Layout) inRange(ms int64) bool {
+	since := ms - l.EpochMillis()
+	return since >= 0 && since <= l.MaxMillis()
+}
+
 // compose packs an ID; the caller guarantees each part is in range.
 func (l Layout) compose(sinceEpoch, worker, seq int64) int64 {
 	return sinceEpoch<<(l.WorkerBits+l.SequenceBits) | worker<<l.SequenceBits | seq

@@ -103,6 +103,10 @@ func (c *Config) setDefaults() error {
 	if c.Clock == nil {
 		c.Clock = NewMonotonicClock()
 	}
+	if now := c.Clock.Now().UnixMilli(); now-c.Layout.EpochMillis() > c.Layout.MaxMillis() {
+		return fmt.Errorf("%w: %s: its %d time bits ran out at %s", ErrInvalidLayout, c.Layout, c.Layout.TimeBits,
+			time.UnixMilli(c.Layout.EpochMillis()+c.Layout.MaxMillis()).UTC().Format(time.RFC3339))
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
