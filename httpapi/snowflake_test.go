@@ -102,6 +102,7 @@ func TestServer_Snowflake(t *testing.T) {
 		{"/snowflake/parse?id=abc", httpapi.CodeInvalidID},
 		{"/snowflake/parse?id=-4", httpapi.CodeInvalidID},
 		{"/snowflake/parse?id=99999999999999999999", httpapi.CodeInvalidID},
+		{"/snowflake/parse?id=9223372036854775807", httpapi.CodeInvalidID}, // after year 9999 in 50/1/12
 	} {
 		status, _, body := get(t, srv, c.path)
 		if status != http.StatusBadRequest || errorCode(t, body) != c.code {

@@ -174,7 +174,7 @@ func (g *Generator) take(ids []int64, n int) ([]int64, time.Duration, *atomic.In
 		return ids, time.UnixMilli(ms + 1).Sub(now), &g.seqWaits, nil
 	}
 	since := ms - g.layout.EpochMillis()
-	if since < 0 || since > g.layout.MaxMillis() {
+	if !g.layout.inRange(ms) {
 		g.refused[reasonExhausted].Add(1)
 		return ids, 0, nil, fmt.Errorf("%w: %d ms since the epoch %s", ErrTimeExhausted, since, g.layout.Epoch.UTC().Format(time.RFC3339))
 	}
@@ -265,6 +265,8 @@ func (g *Generator) Ready() error {
 		return ErrLeaseExpired
 	case time.Duration(max(g.win.Start, g.last)-ms)*time.Millisecond > g.maxWait:
 		return ErrClockBackwards
+	case !g.layout.inRange(max(ms, g.win.Start, g.last)):
+		return ErrTimeExhausted
 	}
 	return nil
 }

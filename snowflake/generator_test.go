@@ -372,3 +372,37 @@ func benchGenerator(b *testing.B) *snowflake.Generator {
 func reportPerMS(b *testing.B, ids int) {
 	b.ReportMetric(float64(ids)/(float64(b.Elapsed())/float64(time.Millisecond)), "ids/ms")
 }
+
+// TestGenerator_TimeExhausted: once the layout's time bits are used up (or
+// before its epoch), every request is refused and Ready says so, so that
+// /id/health does not report serving while every request fails.
+func TestGenerator_TimeExhausted(t *testing.T) {
+	short := snowflake.Layout{TimeBits: 35, WorkerBits: 12, SequenceBits: 16}
+	short.Epoch = t0.Add(-time.Duration(short.MaxMillis())*time.Millisecond - time.Second)
+	early := snowflake.DefaultLayout()
+	for _, c := range []struct {
+		name   string
+		layout snowflake.Layout
+		now    time.Time
+	}{
+		{"time bits used up", short, t0},
+		{"before the epoch", early, early.Epoch.Add(-time.Second)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g, err := snowflake.NewGenerator(c.layout, newFakeClock(c.now), time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g.Install(snowflake.Window{Worker: 3, Epoch: 1, Start: c.now.UnixMilli(), End: c.now.Add(time.Hour).UnixMilli(), Deadline: c.now.Add(time.Hour)})
+			if err := g.Ready(); !errors.Is(err, snowflake.ErrTimeExhausted) {
+				t.Errorf("Ready = %v, want ErrTimeExhausted", err)
+			}
+			if id, err := g.Next(context.Background()); !errors.Is(err, snowflake.ErrTimeExhausted) {
+				t.Errorf("Next = %d, %v, want ErrTimeExhausted", id, err)
+			}
+			if st := g.Stats(); st.RefusedExhausted != 1 || st.Issued != 0 {
+				t.Errorf("stats: %+v", st)
+			}
+		})
+	}
+}

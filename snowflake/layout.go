@@ -135,6 +135,13 @@ func (l Layout) MaxMillis() int64 { return 1<<l.TimeBits - 1 }
 // EpochMillis is the epoch in milliseconds since the Unix epoch.
 func (l Layout) EpochMillis() int64 { return l.Epoch.UnixMilli() }
 
+// inRange reports whether the Unix millisecond ms fits the layout's time
+// bits: at or after the epoch, at most MaxMillis after it.
+func (l Layout) inRange(ms int64) bool {
+	since := ms - l.EpochMillis()
+	return since >= 0 && since <= l.MaxMillis()
+}
+
 // compose packs an ID; the caller guarantees each part is in range.
 func (l Layout) compose(sinceEpoch, worker, seq int64) int64 {
 	return sinceEpoch<<(l.WorkerBits+l.SequenceBits) | worker<<l.SequenceBits | seq
@@ -151,13 +158,21 @@ type Parts struct {
 	Sequence  int64
 }
 
-// Parse decodes an ID of the layout. Any positive 63-bit number decodes;
-// only zero and negative numbers are not IDs.
+// lastMilli is the last millisecond of year 9999, the last time RFC 3339
+// (and JSON) can write.
+var lastMilli = time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC).UnixMilli()
+
+// Parse decodes an ID of the layout. Any positive 63-bit number whose time
+// is at most year 9999 decodes (with 48 time bits or more, larger numbers
+// lie beyond it: no clock made them, and RFC 3339 cannot write their time).
 func (l Layout) Parse(id int64) (Parts, error) {
 	if id <= 0 {
 		return Parts{}, fmt.Errorf("%w: %d: want a positive 63-bit integer", ErrInvalidID, id)
 	}
 	ms := id >> (l.WorkerBits + l.SequenceBits)
+	if ms > lastMilli-l.EpochMillis() {
+		return Parts{}, fmt.Errorf("%w: %d: its time is after year 9999", ErrInvalidID, id)
+	}
 	p := Parts{
 		ID:       id,
 		Worker:   id >> l.SequenceBits & l.MaxWorker(),

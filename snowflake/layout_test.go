@@ -95,3 +95,26 @@ func FuzzLayout_ParseString(f *testing.F) {
 		}
 	})
 }
+
+// TestLayout_ParseBeyondYear9999: with 48 time bits or more, large positive
+// numbers decode to a time after year 9999, which no clock reaches and RFC
+// 3339 cannot write (JSON encoding of the time fails): not an ID.
+func TestLayout_ParseBeyondYear9999(t *testing.T) {
+	l := snowflake.Layout{Epoch: snowflake.DefaultEpoch, TimeBits: 50, WorkerBits: 1, SequenceBits: 12}
+	if _, err := l.Parse(9223372036854775807); !errors.Is(err, snowflake.ErrInvalidID) {
+		t.Fatalf("Parse(max int64) in %s = %v, want ErrInvalidID", l.Bits(), err)
+	}
+	// The last millisecond of year 9999 still decodes.
+	last := time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC)
+	id := (last.UnixMilli()-l.EpochMillis())<<13 | 1<<12 | 5
+	p, err := l.Parse(id)
+	if err != nil || !p.Time.Equal(last) || p.Worker != 1 || p.Sequence != 5 {
+		t.Fatalf("Parse(%d) = %+v, %v, want %v worker 1 sequence 5", id, p, err, last)
+	}
+	if _, err := p.Time.MarshalJSON(); err != nil {
+		t.Fatalf("the decoded time does not encode: %v", err)
+	}
+	if _, err := l.Parse(id + 1<<13); !errors.Is(err, snowflake.ErrInvalidID) {
+		t.Fatalf("Parse of the first millisecond of year 10000 = %v, want ErrInvalidID", err)
+	}
+}

@@ -103,6 +103,10 @@ func (c *Config) setDefaults() error {
 	if c.Clock == nil {
 		c.Clock = NewMonotonicClock()
 	}
+	if now := c.Clock.Now().UnixMilli(); now-c.Layout.EpochMillis() > c.Layout.MaxMillis() {
+		return fmt.Errorf("%w: %s: its %d time bits ran out at %s", ErrInvalidLayout, c.Layout, c.Layout.TimeBits,
+			time.UnixMilli(c.Layout.EpochMillis()+c.Layout.MaxMillis()).UTC().Format(time.RFC3339))
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -207,8 +211,7 @@ func (n *Node) acquire(ctx context.Context) time.Duration {
 	n.acquisitions++
 	n.lease = &l
 	n.cfg.Logger.Info("snowflake: worker id leased", "worker_id", l.Worker, "epoch", l.Epoch, "ttl", n.cfg.TTL)
-	n.installLocked(l, sent, got)
-	return n.cfg.RenewEvery
+	return n.installLocked(l, sent, got)
 }
 
 // renew renews the lease held and returns when to act next.
@@ -239,13 +242,13 @@ func (n *Node) renew(ctx context.Context) time.Duration {
 	}
 	n.renewals++
 	n.lease = &l
-	n.installLocked(l, sent, got)
-	return n.cfg.RenewEvery
+	return n.installLocked(l, sent, got)
 }
 
 // installLocked hands the lease's window to the generator, and suspends the
 // generator while the clocks differ by more than the margin.
-func (n *Node) installLocked(l Lease, sent, got time.Time) {
+// It returns when to renew next.
+func (n *Node) installLocked(l Lease, sent, got time.Time) time.Duration {
 	mid := sent.Add(got.Sub(sent) / 2)
 	n.offset = time.Duration(l.DBTime-mid.UnixMilli()) * time.Millisecond
 	n.localExpiry = sent.Add(n.cfg.TTL)
@@ -262,7 +265,7 @@ func (n *Node) installLocked(l Lease, sent, got time.Time) {
 		n.lease = nil
 		n.lastErr = err
 		n.cfg.Logger.Error("snowflake: lease refused", "err", err)
-		return
+		return n.cfg.RenewEvery
 	}
 	// The offset is known to within half the round trip: refuse only when
 	// the clocks certainly differ by more than the margin, so that a slow
@@ -272,9 +275,32 @@ func (n *Node) installLocked(l Lease, sent, got time.Time) {
 		n.gen.Suspend(err)
 		n.lastErr = err
 		n.cfg.Logger.Error("snowflake: clock skew; serving no snowflake ids until it is within the margin", "offset", n.offset, "margin", n.cfg.Margin)
-		return
+		return n.resyncLocked(got.Sub(sent))
 	}
 	n.gen.Suspend(nil)
+	return n.cfg.RenewEvery
+}
+
+// resyncLocked handles a clock that differs from the database's: when the
+// host's wall clock agrees with the database's (it was stepped right after
+// this clock was anchored), the clock reads the wall clock again and the
+// lease is renewed at once to measure again. The generator's time floor
+// keeps a clock moved back from reusing a millisecond. It returns when to
+// renew.
+func (n *Node) resyncLocked(rtt time.Duration) time.Duration {
+	c, ok := n.cfg.Clock.(*MonotonicClock)
+	if !ok {
+		return n.cfg.RenewEvery
+	}
+	// Only a clock that differs from the wall clock by more than the margin
+	// is taken again: no renewal loop at the edge of the margin.
+	wallAhead := time.Now().Sub(c.Now())
+	if wallAhead.Abs() <= n.cfg.Margin || (n.offset-wallAhead).Abs()-rtt/2 > n.cfg.Margin {
+		return n.cfg.RenewEvery
+	}
+	moved := c.Reanchor()
+	n.cfg.Logger.Warn("snowflake: the wall clock agrees with the database's; clock taken from it again", "moved", moved)
+	return 0
 }
 
 // Next returns one ID.

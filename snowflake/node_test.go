@@ -162,6 +162,10 @@ func TestStart_InvalidConfig(t *testing.T) {
 	for i := range long {
 		long[i] = 'x'
 	}
+	// 35 time bits from an epoch 2^35 ms and a minute ago: no millisecond
+	// left.
+	usedUp := snowflake.Layout{TimeBits: 35, WorkerBits: 12, SequenceBits: 16}
+	usedUp.Epoch = time.Now().Add(-time.Duration(usedUp.MaxMillis())*time.Millisecond - time.Minute).Truncate(time.Millisecond)
 	for _, c := range []struct {
 		name string
 		cfg  snowflake.Config
@@ -172,6 +176,7 @@ func TestStart_InvalidConfig(t *testing.T) {
 		{"ttl under 4 margins", snowflake.Config{Layout: twoWorkers(), Store: store, TTL: 3 * time.Second, Margin: time.Second}},
 		{"margin under 1ms", snowflake.Config{Layout: twoWorkers(), Store: store, Margin: time.Microsecond}},
 		{"renewal too rare", snowflake.Config{Layout: twoWorkers(), Store: store, TTL: 10 * time.Second, Margin: time.Second, RenewEvery: 5 * time.Second}},
+		{"layout's time used up", snowflake.Config{Layout: usedUp, Store: lease.NewMemory(nil)}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.cfg.Logger = quiet()
