@@ -59,7 +59,7 @@ func (spec TagSpec) withDefaults() (TagSpec, error) {
 		return TagSpec{}, err
 	}
 	if spec.Start < 1 {
-		return TagSpec{}, fmt.Errorf("start %d: must be at least 1", spec.Start)
+		return TagSpec{}, fmt.Errorf("%w: start %d: must be at least 1", ErrInvalidSpec, spec.Start)
 	}
 	if err := checkDescription(spec.Description); err != nil {
 		return TagSpec{}, err
@@ -153,17 +153,17 @@ func scanTag(row rowScanner) (Tag, error) {
 func checkSteps(step, maxStep int64) error {
 	const limit = 100_000_000 // the schema's CHECK
 	if step < 1 || step > limit {
-		return fmt.Errorf("step %d: must be between 1 and %d", step, limit)
+		return fmt.Errorf("%w: step %d: must be between 1 and %d", ErrInvalidSpec, step, limit)
 	}
 	if maxStep != 0 && (maxStep < step || maxStep > limit) {
-		return fmt.Errorf("max_step %d: must be between step (%d) and %d", maxStep, step, limit)
+		return fmt.Errorf("%w: max_step %d: must be between step (%d) and %d", ErrInvalidSpec, maxStep, step, limit)
 	}
 	return nil
 }
 
 func checkBump(to, by int64) error {
 	if to < 0 || by < 0 || (to == 0) == (by == 0) {
-		return errors.New("bump: give exactly one of --to N or --by N, positive")
+		return fmt.Errorf("%w: bump: give exactly one of to or by, positive", ErrInvalidSpec)
 	}
 	return nil
 }

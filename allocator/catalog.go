@@ -42,14 +42,16 @@ type catalog struct {
 // again if tag is missing and the last read is older than the interval. A
 // failed read is an unavailable error, remembered for one interval.
 func (c *catalog) known(ctx context.Context, tag string) (bool, error) {
-	for {
+	for waited := false; ; waited = true {
 		c.mu.Lock()
 		if _, ok := c.names[tag]; ok {
 			c.mu.Unlock()
 			return true, nil
 		}
-		fresh := c.names != nil || c.err != nil
-		if fresh && c.now().Sub(c.readAt) < c.interval {
+		// After a read (this request's or one it waited for), its outcome
+		// stands, however short the interval.
+		fresh := waited || (c.names != nil || c.err != nil) && c.now().Sub(c.readAt) < c.interval
+		if fresh {
 			err := c.err
 			c.mu.Unlock()
 			if err != nil {

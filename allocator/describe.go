@@ -9,7 +9,7 @@ import (
 // checkDescription bounds a description as the schemas do.
 func checkDescription(d string) error {
 	if n := utf8.RuneCountInString(d); n > 1000 {
-		return fmt.Errorf("description: %d characters, at most 1000", n)
+		return fmt.Errorf("%w: description: %d characters, at most 1000", ErrInvalidSpec, n)
 	}
 	return nil
 }

@@ -41,6 +41,9 @@ var (
 	ErrAmbiguous = errors.New("outcome unknown")
 	// ErrExists means a tag being created already exists.
 	ErrExists = errors.New("biz_tag already exists")
+	// ErrInvalidSpec means tag settings out of bounds (step, max_step,
+	// start, description, a bump with both or neither of to and by).
+	ErrInvalidSpec = errors.New("invalid tag settings")
 	// ErrNotRaised means a Bump changed nothing: max_id is already at or
 	// above the value asked for.
 	ErrNotRaised = errors.New("max_id not raised")

@@ -54,7 +54,9 @@ func (s *Server) handleIDs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ids, err := s.cfg.Allocator.NextN(r.Context(), tag, n)
-	if err != nil {
+	// IDs taken before an error are handed out (fewer than count) rather
+	// than lost.
+	if err != nil && len(ids) == 0 {
 		writeError(w, r, s.cfg.Logger, err)
 		return
 	}

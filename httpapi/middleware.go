@@ -17,7 +17,7 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 				if v == http.ErrAbortHandler {
 					panic(v)
 				}
-				s.cfg.Logger.Error("panic serving request", "path", r.URL.Path, "panic", v,
+				s.cfg.Logger.Error("panic serving request", "path", truncate(r.URL.Path, maxLogged), "panic", v,
 					"request_id", middleware.GetReqID(r.Context()), "stack", string(stack()))
 				writeError(w, r, s.cfg.Logger, &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: "internal error"})
 			}
@@ -45,7 +45,7 @@ func (s *Server) accessLog(next http.Handler) http.Handler {
 		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
 		next.ServeHTTP(ww, r)
 		s.cfg.Logger.Info("http",
-			"method", r.Method, "path", r.URL.Path, "query", r.URL.RawQuery,
+			"method", r.Method, "path", truncate(r.URL.Path, maxLogged), "query", truncate(r.URL.RawQuery, maxLogged),
 			"status", ww.Status(), "bytes", ww.BytesWritten(),
 			"duration", s.cfg.Now().Sub(start), "remote", r.RemoteAddr,
 			"request_id", middleware.GetReqID(r.Context()))
