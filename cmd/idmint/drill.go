@@ -50,7 +50,7 @@ func runDrill(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	count := fs.Int("count", 1, "ids per request: 1 uses /id, more uses /ids")
 	timeout := fs.Duration("request-timeout", 10*time.Second, "bound on one request")
 	snowflakeIDs := fs.Bool("snowflake", false, "ask for Snowflake ids (/snowflake, or /snowflakes with --count) instead of a tag's")
-	if _, err := parseFlags(fs, args); err != nil {
+	if err := parseNoArgs(fs, args, stderr); err != nil {
 		return err
 	}
 	if len(tags) == 0 {
