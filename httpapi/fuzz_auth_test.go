@@ -54,7 +54,9 @@ func FuzzAuth(f *testing.F) {
 			t.Fatalf("not JSON: %q", rec.Body)
 		}
 		if rec.Code == http.StatusOK {
-			var got struct{ Tag string `json:"biz_tag"` }
+			var got struct {
+				Tag string `json:"biz_tag"`
+			}
 			json.Unmarshal(rec.Body.Bytes(), &got)
 			_, cred, _ := strings.Cut(auth, " ")
 			_, secret, ok := allocator.ParseToken(strings.TrimSpace(cred))
