@@ -11,11 +11,11 @@ import (
 	"time"
 )
 
-// runErr runs one command in-process and returns its error and output.
-func runErr(args ...string) (error, string, string) {
+// runErr runs one command in-process and returns its output and error.
+func runErr(args ...string) (stdout, stderr string, err error) {
 	var out, errOut bytes.Buffer
-	err := run(context.Background(), args, &out, &errOut)
-	return err, out.String(), errOut.String()
+	err = run(context.Background(), args, &out, &errOut)
+	return out.String(), errOut.String(), err
 }
 
 // TestCLI_Usage: every command's --help succeeds; stray arguments and
@@ -27,7 +27,7 @@ func TestCLI_Usage(t *testing.T) {
 		{"tag", "bump", "--help"}, {"tag", "describe", "--help"},
 		{"token", "--help"}, {"token", "create", "--help"}, {"token", "list", "--help"}, {"token", "revoke", "--help"},
 	} {
-		if err, _, stderr := runErr(args...); err != nil || exitCode(err) != 0 && err != nil {
+		if _, stderr, err := runErr(args...); err != nil {
 			t.Errorf("idmint %s: %v\n%s", strings.Join(args, " "), err, stderr)
 		}
 	}
@@ -35,7 +35,7 @@ func TestCLI_Usage(t *testing.T) {
 		{"serve", "extra"}, {"migrate", "now"}, {"healthcheck", "please"}, {"drill", "--target", "http://x", "more"},
 		{"tag", "nope"}, {"token", "nope"}, {"token", "revoke"}, {"tag", "list", "extra"},
 	} {
-		if err, _, _ := runErr(args...); !errors.Is(err, errUsage) || exitCode(err) != 2 {
+		if _, _, err := runErr(args...); !errors.Is(err, errUsage) || exitCode(err) != 2 {
 			t.Errorf("idmint %s: %v, want a usage error", strings.Join(args, " "), err)
 		}
 	}
@@ -49,10 +49,10 @@ func TestCLI_Errors(t *testing.T) {
 	t.Setenv("IDMINT_DATA_DIR", t.TempDir())
 
 	missing := "sqlite://" + filepath.Join(t.TempDir(), "no", "such", "dir", "idmint.db")
-	if err, _, _ := runErr("tag", "list", "--database-url", missing); err == nil || !strings.Contains(err.Error(), "does not exist") {
+	if _, _, err := runErr("tag", "list", "--database-url", missing); err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("missing directory: %v", err)
 	}
-	err, _, _ := runErr("tag", "list", "--database-url", "postgres://someone:hunter2@127.0.0.1:1/db?connect_timeout=2")
+	_, _, err := runErr("tag", "list", "--database-url", "postgres://someone:hunter2@127.0.0.1:1/db?connect_timeout=2")
 	if err == nil || strings.Contains(err.Error(), "migrate") || strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "cannot reach") {
 		t.Errorf("unreachable database: %v", err)
 	}
@@ -61,7 +61,7 @@ func TestCLI_Errors(t *testing.T) {
 	if out := idmint(t, "tag", "bump", "order", "--to", "5000"); !strings.Contains(out, "5000") {
 		t.Fatalf("bump up: %s", out)
 	}
-	err, out, _ := runErr("tag", "bump", "order", "--to", "100")
+	out, _, err := runErr("tag", "bump", "order", "--to", "100")
 	if err == nil || exitCode(err) != 1 || !strings.Contains(err.Error(), "nothing changed") || !strings.Contains(out, "5000") {
 		t.Fatalf("bump down: %v, %q", err, out)
 	}
@@ -79,7 +79,7 @@ func TestCLI_TokensAndAdminAPI(t *testing.T) {
 	t.Setenv("IDMINT_DATA_DIR", t.TempDir())
 	admin := strings.TrimSpace(idmint(t, "token", "create", "--name", "ops", "--scope", "admin"))
 	ids := strings.TrimSpace(idmint(t, "token", "create", "--name", "app", "--scope", "ids:order"))
-	if err, _, _ := runErr("token", "create", "--name", "x", "--scope", "everything"); err == nil {
+	if _, _, err := runErr("token", "create", "--name", "x", "--scope", "everything"); err == nil {
 		t.Fatal("a bad scope was accepted")
 	}
 	list := idmint(t, "token", "list")
@@ -89,14 +89,14 @@ func TestCLI_TokensAndAdminAPI(t *testing.T) {
 
 	base, _ := startServe(t, "--auth", "token")
 	t.Setenv("IDMINT_LISTEN", strings.TrimPrefix(base, "http://"))
-	if err, out, stderr := runErr("healthcheck"); err != nil || out != "ok\n" {
+	if out, stderr, err := runErr("healthcheck"); err != nil || out != "ok\n" {
 		t.Fatalf("healthcheck with IDMINT_LISTEN: %v %s", err, stderr)
 	}
 
 	if out := idmint(t, "tag", "create", "order", "--step", "10", "--server", base, "--token", admin); !strings.Contains(out, "order") {
 		t.Fatalf("tag create over the API: %s", out)
 	}
-	if err, _, _ := runErr("tag", "list", "--server", base, "--token", ids); err == nil || !strings.Contains(err.Error(), "scope") {
+	if _, _, err := runErr("tag", "list", "--server", base, "--token", ids); err == nil || !strings.Contains(err.Error(), "scope") {
 		t.Fatalf("tag list with an ids token: %v", err)
 	}
 	get := func(bearer string) int {
@@ -113,7 +113,7 @@ func TestCLI_TokensAndAdminAPI(t *testing.T) {
 	if s := get(admin); s != 403 {
 		t.Fatalf("admin token on /id: %d, want 403", s)
 	}
-	err, _, _ := runErr("tag", "bump", "order", "--to", "1", "--server", base, "--token", admin)
+	_, _, err := runErr("tag", "bump", "order", "--to", "1", "--server", base, "--token", admin)
 	if err == nil || !strings.Contains(err.Error(), "nothing changed") {
 		t.Fatalf("bump down over the API: %v", err)
 	}
