@@ -130,7 +130,8 @@ func (p *principal) hasIDScope() bool {
 	return p.allIDs || len(p.tags) > 0 || len(p.prefixes) > 0
 }
 
-// tokenSet is one read of the tokens: the valid ones by ID.
+// tokenSet is one read of the tokens: the valid ones by ID. byID is nil
+// when no read has succeeded yet (the last one failed at at).
 type tokenSet struct {
 	at   time.Time
 	byID map[string]*principal
@@ -153,7 +154,8 @@ type authenticator struct {
 }
 
 // current returns the token set, reading it first if it is older than
-// refresh. It returns nil when the tokens could never be read.
+// refresh. Its byID is nil when the tokens could never be read; a failed
+// read is tried again after refresh, not at every request.
 func (a *authenticator) current(ctx context.Context) *tokenSet {
 	s := a.set.Load()
 	if s != nil && a.now().Sub(s.at) < a.refresh {
@@ -176,12 +178,14 @@ func (a *authenticator) current(ctx context.Context) *tokenSet {
 	if err != nil {
 		a.failed.Add(1)
 		a.lastErr.Store(&err)
+		// Keep the old copy (or none) for another interval: the store is
+		// failing, and requests must not queue on it.
+		failed := &tokenSet{at: start}
 		if s != nil {
-			// Keep the old copy a while: the store is failing, and every
-			// request must not wait on it.
-			a.set.Store(&tokenSet{at: start, byID: s.byID})
+			failed.byID = s.byID
 		}
-		return s
+		a.set.Store(failed)
+		return failed
 	}
 	next := &tokenSet{at: start, byID: make(map[string]*principal, len(tokens))}
 	for _, t := range tokens {
@@ -222,7 +226,7 @@ func (a *authenticator) authenticate(r *http.Request) (*principal, *apiError) {
 		return nil, unauthorized("invalid_token", "invalid or revoked bearer token")
 	}
 	set := a.current(r.Context())
-	if set == nil {
+	if set == nil || set.byID == nil {
 		return nil, &apiError{status: http.StatusServiceUnavailable, code: CodeUnavailable,
 			message: "tokens cannot be checked right now: the store cannot be reached; retry later", retryAfter: defaultRetryAfter}
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -237,5 +238,40 @@ func TestAuth_Scopes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// failingTokens is a token store that cannot be reached.
+type failingTokens struct{ calls atomic.Int64 }
+
+func (f *failingTokens) ListTokens(context.Context) ([]allocator.Token, error) {
+	f.calls.Add(1)
+	return nil, errors.New("dial tcp 10.0.0.9:5432: connect: connection refused")
+}
+
+// TestAuth_TokensUnreadable: when the tokens cannot be read, a request with
+// a token is a 503 with Retry-After (not a 401 that would make a client
+// drop a good token), and the store is asked once per refresh interval,
+// not once per request.
+func TestAuth_TokensUnreadable(t *testing.T) {
+	m := allocator.NewMemStore()
+	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order"}); err != nil {
+		t.Fatal(err)
+	}
+	a := allocator.New(allocator.Config{Store: m, Logger: quiet()})
+	t.Cleanup(func() { a.Close(context.Background()) })
+	tokens := &failingTokens{}
+	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(),
+		Auth: httpapi.AuthConfig{Tokens: tokens, IDs: httpapi.AuthToken, Refresh: time.Hour}})))
+	t.Cleanup(srv.Close)
+	_, bearer, _ := allocator.NewToken("x", []string{"ids"})
+	for range 50 {
+		s, hdr, body := do(t, srv, "GET", "/id?biz_tag=order", bearer, nil)
+		if s != 503 || hdr.Get("Retry-After") == "" || errorCode(t, body) != httpapi.CodeUnavailable || strings.Contains(string(body), "10.0.0.9") {
+			t.Fatalf("%d %s", s, body)
+		}
+	}
+	if n := tokens.calls.Load(); n != 1 {
+		t.Fatalf("50 requests read the tokens %d times, want 1", n)
 	}
 }
