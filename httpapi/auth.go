@@ -147,10 +147,8 @@ type authenticator struct {
 	now      func() time.Time
 	newLimit func() *rate.Limiter // nil: tokens are not rate limited
 
-	set     atomic.Pointer[tokenSet]
-	mu      sync.Mutex // held by the request reading the tokens
-	failed  atomic.Int64
-	lastErr atomic.Pointer[error]
+	set atomic.Pointer[tokenSet]
+	mu  sync.Mutex // held by the request reading the tokens
 }
 
 // current returns the token set, reading it first if it is older than
@@ -176,8 +174,6 @@ func (a *authenticator) current(ctx context.Context) *tokenSet {
 	start := a.now()
 	tokens, err := a.src.ListTokens(ctx)
 	if err != nil {
-		a.failed.Add(1)
-		a.lastErr.Store(&err)
 		// Keep the old copy (or none) for another interval: the store is
 		// failing, and requests must not queue on it.
 		failed := &tokenSet{at: start}
