@@ -26,6 +26,7 @@ func TestCLI_Usage(t *testing.T) {
 		{"tag", "--help"}, {"tag", "create", "--help"}, {"tag", "list", "-h"}, {"tag", "set-step", "--help"},
 		{"tag", "bump", "--help"}, {"tag", "describe", "--help"},
 		{"token", "--help"}, {"token", "create", "--help"}, {"token", "list", "--help"}, {"token", "revoke", "--help"},
+		{"snowflake", "--help"}, {"snowflake", "parse", "--help"},
 	} {
 		if _, stderr, err := runErr(args...); err != nil {
 			t.Errorf("idmint %s: %v\n%s", strings.Join(args, " "), err, stderr)
