@@ -275,3 +275,28 @@ func TestAuth_TokensUnreadable(t *testing.T) {
 		t.Fatalf("50 requests read the tokens %d times, want 1", n)
 	}
 }
+
+// TestAuth_Segments: in the token mode, POST /v1/segments needs a token
+// whose scope covers the body's tag.
+func TestAuth_Segments(t *testing.T) {
+	store := stores(t)["sqlite"](t)
+	for _, tag := range []string{"order", "user"} {
+		if _, err := store.CreateTag(context.Background(), allocator.TagSpec{Name: tag, Step: 10}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := newTokenInstance(t, store, httpapi.AuthConfig{IDs: httpapi.AuthToken}, httpapi.Limits{})
+	_, order := token(t, store, "order-only", "ids:order")
+	body := func(tag string) map[string]any {
+		return map[string]any{"biz_tag": tag, "request_id": "0197a3b2-7c4d-7e5f-8a9b-0c1d2e3f4a5b", "size": 10}
+	}
+	if s, _, b := do(t, p.srv, "POST", "/v1/segments", "", body("order")); s != 401 {
+		t.Fatalf("no token: %d %s", s, b)
+	}
+	if s, _, b := do(t, p.srv, "POST", "/v1/segments", order, body("user")); s != 403 || errorCode(t, b) != httpapi.CodeForbidden {
+		t.Fatalf("other tag: %d %s", s, b)
+	}
+	if s, _, b := do(t, p.srv, "POST", "/v1/segments", order, body("order")); s != 200 {
+		t.Fatalf("own tag: %d %s", s, b)
+	}
+}

@@ -117,7 +117,9 @@ func NewServer(cfg Config) *Server {
 		s.mountSnowflake(r)
 	}
 	if g, ok := cfg.Allocator.(SegmentGranter); ok {
-		r.Mount("/v1/segments", s.segmentsRouter(g))
+		// Ranges are IDs: the ID routes' access control, and the token's
+		// scope checked against the body's tag (AuthorizeTag).
+		r.Mount("/v1/segments", s.IDAccess(s.segmentsRouter(g)))
 	}
 	s.router = r
 	return s
