@@ -8,13 +8,21 @@ GO    ?= go
 IMAGE ?= idmint:dev
 BIN   ?= bin/idmint
 
-.PHONY: run test bench bench-http lint build image drill drill-ha
+.PHONY: run test bench bench-http lint build image drill drill-ha fuzz
 
 run:
 	$(GO) run ./cmd/idmint serve
 
 test:
 	$(GO) vet ./... && $(GO) test -race -count=1 -timeout 30m ./...
+
+# fuzz runs each fuzz target for FUZZTIME (CI runs it after the tests):
+# request parsing, token parsing, and the token check of the HTTP API.
+FUZZTIME ?= 20s
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzRequest$$' -fuzztime $(FUZZTIME) ./httpapi
+	$(GO) test -run '^$$' -fuzz '^FuzzAuth$$' -fuzztime $(FUZZTIME) ./httpapi
+	$(GO) test -run '^$$' -fuzz '^FuzzParseToken$$' -fuzztime $(FUZZTIME) ./allocator
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

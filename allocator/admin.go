@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -25,8 +24,11 @@ type Admin interface {
 	SetStep(ctx context.Context, name string, step, maxStep int64) (Tag, error)
 	// Bump raises a tag's max_id to at least to, or by by: the operator's
 	// way out after the database went back in time (restored backup,
-	// lagging replica). It never lowers max_id.
+	// lagging replica). It never lowers max_id: when to is not above it,
+	// it changes nothing and returns the tag with ErrNotRaised.
 	Bump(ctx context.Context, name string, to, by int64) (Tag, error)
+	// Describe changes a tag's description (at most 1000 characters).
+	Describe(ctx context.Context, name, description string) (Tag, error)
 }
 
 // DefaultStep is the step of a tag created without one.
@@ -57,10 +59,10 @@ func (spec TagSpec) withDefaults() (TagSpec, error) {
 		return TagSpec{}, err
 	}
 	if spec.Start < 1 {
-		return TagSpec{}, fmt.Errorf("start %d: must be at least 1", spec.Start)
+		return TagSpec{}, fmt.Errorf("%w: start %d: must be at least 1", ErrInvalidSpec, spec.Start)
 	}
-	if n := utf8.RuneCountInString(spec.Description); n > 1000 {
-		return TagSpec{}, fmt.Errorf("description: %d characters, at most 1000", n)
+	if err := checkDescription(spec.Description); err != nil {
+		return TagSpec{}, err
 	}
 	return spec, nil
 }
@@ -99,13 +101,30 @@ func (p *Postgres) SetStep(ctx context.Context, name string, step, maxStep int64
 	return p.updateTag(ctx, name, `step = $2, max_step = NULLIF($3, 0)`, step, maxStep)
 }
 
-// Bump implements Admin.
+// Bump implements Admin. One statement raises max_id, and only if that
+// raises it; otherwise the tag is read to say why nothing changed.
 func (p *Postgres) Bump(ctx context.Context, name string, to, by int64) (Tag, error) {
 	if err := checkBump(to, by); err != nil {
 		return Tag{}, err
 	}
-	return p.updateTag(ctx, name,
-		`max_id = GREATEST(max_id, CASE WHEN $2::bigint > 0 THEN $2::bigint ELSE max_id + $3::bigint END)`, to, by)
+	t, err := scanTag(p.pool.QueryRow(ctx, `
+UPDATE idmint_tags
+SET max_id = CASE WHEN $2::bigint > 0 THEN $2::bigint ELSE max_id + $3::bigint END, updated_at = now()
+WHERE biz_tag = $1
+  AND (($2::bigint > 0 AND max_id < $2::bigint) OR ($2::bigint = 0 AND max_id <= 9223372036854775807 - $3::bigint))
+RETURNING `+tagColumns, name, to, by))
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return t, err
+	}
+	cur, err := scanTag(p.pool.QueryRow(ctx, `SELECT `+tagColumns+` FROM idmint_tags WHERE biz_tag = $1`, name))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Tag{}, fmt.Errorf("%w: %q", ErrUnknownTag, name)
+	}
+	if err != nil {
+		return Tag{}, err
+	}
+	_, err = bumped(cur.MaxID, to, by)
+	return cur, err
 }
 
 func (p *Postgres) updateTag(ctx context.Context, name, set string, args ...any) (Tag, error) {
@@ -134,26 +153,29 @@ func scanTag(row rowScanner) (Tag, error) {
 func checkSteps(step, maxStep int64) error {
 	const limit = 100_000_000 // the schema's CHECK
 	if step < 1 || step > limit {
-		return fmt.Errorf("step %d: must be between 1 and %d", step, limit)
+		return fmt.Errorf("%w: step %d: must be between 1 and %d", ErrInvalidSpec, step, limit)
 	}
 	if maxStep != 0 && (maxStep < step || maxStep > limit) {
-		return fmt.Errorf("max_step %d: must be between step (%d) and %d", maxStep, step, limit)
+		return fmt.Errorf("%w: max_step %d: must be between step (%d) and %d", ErrInvalidSpec, maxStep, step, limit)
 	}
 	return nil
 }
 
 func checkBump(to, by int64) error {
 	if to < 0 || by < 0 || (to == 0) == (by == 0) {
-		return errors.New("bump: give exactly one of --to N or --by N, positive")
+		return fmt.Errorf("%w: bump: give exactly one of to or by, positive", ErrInvalidSpec)
 	}
 	return nil
 }
 
-// bumped returns the max_id a Bump of maxID sets: never lower than maxID,
-// and never past 2^63-1.
+// bumped returns the max_id a Bump of maxID sets. It returns ErrNotRaised
+// when to does not raise maxID, and ErrExhausted past 2^63-1.
 func bumped(maxID, to, by int64) (int64, error) {
 	if to > 0 {
-		return max(maxID, to), nil
+		if to <= maxID {
+			return maxID, fmt.Errorf("%w: max_id is already %d, at or above %d", ErrNotRaised, maxID, to)
+		}
+		return to, nil
 	}
 	if by > math.MaxInt64-maxID {
 		return 0, fmt.Errorf("bump by %d: %w", by, ErrExhausted)

@@ -37,8 +37,13 @@ type Config struct {
 	// pruned (0: never). An unsettled request older than half of it is
 	// abandoned rather than resumed: its row may be gone.
 	LogRetention time.Duration
-	Logger       *slog.Logger
-	Now          func() time.Time
+	// CatalogInterval is how often, at most, the store's list of tags is
+	// read again for a tag that has no buffer (default 500ms): a tag created
+	// anywhere is served within it, and made-up tags cost at most one read
+	// per interval. It applies when the Store is a TagLister.
+	CatalogInterval time.Duration
+	Logger          *slog.Logger
+	Now             func() time.Time
 	// Jitter returns a random duration in [0, d); default math/rand/v2.
 	Jitter func(d time.Duration) time.Duration
 }
@@ -59,6 +64,9 @@ func (c *Config) setDefaults() {
 	if c.UnknownTTL <= 0 {
 		c.UnknownTTL = 5 * time.Second
 	}
+	if c.CatalogInterval <= 0 {
+		c.CatalogInterval = 500 * time.Millisecond
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -75,8 +83,9 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// maxUnknown bounds the cache of forgotten tags; past it the cache starts
-// over.
+// maxUnknown bounds the cache of forgotten tags. When it is full, expired
+// entries go; if none has expired, a new tag is not remembered (the catalog
+// keeps made-up names from the store anyway): cycling names cannot flush it.
 const maxUnknown = 10_000
 
 // forgotten is a tag without a buffer, remembered briefly: unknown to the
@@ -122,13 +131,16 @@ type Allocator struct {
 	hot        atomic.Pointer[hotBuffers]
 	misses     atomic.Int64
 	publishing atomic.Bool
+	// catalog knows the store's tag names; nil when the Store is no
+	// TagLister.
+	catalog *catalog
 }
 
 // New returns an Allocator over cfg.Store. It starts no goroutine until a
 // tag is first asked for.
 func New(cfg Config) *Allocator {
 	cfg.setDefaults()
-	return &Allocator{
+	a := &Allocator{
 		cfg:     cfg,
 		buffers: map[string]*segment.Buffer{},
 		unknown: map[string]forgotten{},
@@ -136,6 +148,10 @@ func New(cfg Config) *Allocator {
 		highest: map[string]int64{},
 		gaps:    map[string]int64{},
 	}
+	if l, ok := cfg.Store.(TagLister); ok {
+		a.catalog = &catalog{lister: l, interval: cfg.CatalogInterval, timeout: cfg.AttemptTimeout, now: cfg.Now}
+	}
+	return a
 }
 
 // Next returns the next ID for tag. For a warm tag it costs a map lookup
@@ -144,7 +160,7 @@ func (a *Allocator) Next(ctx context.Context, tag string) (int64, error) {
 	b := a.hot.Load().find(tag)
 	if b == nil {
 		var err error
-		if b, err = a.buffer(tag); err != nil {
+		if b, err = a.buffer(ctx, tag); err != nil {
 			return 0, err
 		}
 	}
@@ -158,44 +174,46 @@ func (a *Allocator) Next(ctx context.Context, tag string) (int64, error) {
 // MaxN is the largest count NextN hands out in one call.
 const MaxN = 1_000_000
 
-// NextN returns n IDs for tag, increasing, 1 <= n <= MaxN. On error it
-// returns no ID: the IDs already taken are a gap.
+// NextN returns n IDs for tag, increasing, 1 <= n <= MaxN. On error it also
+// returns the IDs it took before the error (maybe none): they are the
+// caller's, and handing them out is better than leaving them a gap.
 func (a *Allocator) NextN(ctx context.Context, tag string, n int) ([]int64, error) {
 	if n < 1 || n > MaxN {
 		return nil, fmt.Errorf("count %d: must be 1 to %d", n, MaxN)
 	}
-	b, err := a.buffer(tag)
+	b, err := a.buffer(ctx, tag)
 	if err != nil {
 		return nil, err
 	}
 	ids, err := b.TakeN(ctx, n, make([]int64, 0, n))
 	if err != nil {
-		return nil, a.takeFailed(tag, b, err)
+		return ids, a.takeFailed(tag, b, err)
 	}
 	return ids, nil
 }
 
 // NextRanges takes n IDs for tag and appends them to dst as increasing
 // ranges of consecutive IDs (usually one, two when the IDs span a segment
-// switch). On error it returns dst unchanged: the IDs already taken are a
-// gap.
+// switch). On error it also returns the ranges taken before the error
+// (maybe none): they are the caller's, as with NextN.
 func (a *Allocator) NextRanges(ctx context.Context, tag string, n int, dst []segment.Range) ([]segment.Range, error) {
-	if n < 1 {
-		return dst, fmt.Errorf("count %d: must be at least 1", n)
+	if n < 1 || n > MaxN {
+		return dst, fmt.Errorf("count %d: must be 1 to %d", n, MaxN)
 	}
-	b, err := a.buffer(tag)
+	b, err := a.buffer(ctx, tag)
 	if err != nil {
 		return dst, err
 	}
 	out, err := b.TakeRanges(ctx, n, dst)
 	if err != nil {
-		return dst, a.takeFailed(tag, b, err)
+		return out, a.takeFailed(tag, b, err)
 	}
 	return out, nil
 }
 
-// buffer returns tag's buffer, creating it on first use.
-func (a *Allocator) buffer(tag string) (*segment.Buffer, error) {
+// buffer returns tag's buffer, creating it on first use if the catalog
+// knows the tag.
+func (a *Allocator) buffer(ctx context.Context, tag string) (*segment.Buffer, error) {
 	if b := a.hot.Load().find(tag); b != nil {
 		return b, nil
 	}
@@ -210,7 +228,7 @@ func (a *Allocator) buffer(tag string) (*segment.Buffer, error) {
 	if closed {
 		return nil, ErrClosed
 	}
-	if err := ValidateTag(tag); err != nil {
+	if err := a.check(ctx, tag); err != nil {
 		return nil, err
 	}
 
@@ -389,9 +407,16 @@ func (a *Allocator) forget(tag string, b *segment.Buffer, f forgotten) bool {
 		a.publishLocked()
 	}
 	if len(a.unknown) >= maxUnknown {
-		clear(a.unknown)
+		now := a.cfg.Now()
+		for t, f := range a.unknown {
+			if !now.Before(f.until) {
+				delete(a.unknown, t)
+			}
+		}
 	}
-	a.unknown[tag] = f
+	if len(a.unknown) < maxUnknown {
+		a.unknown[tag] = f
+	}
 	// A load still in flight may bring a range back to the closed buffer:
 	// nobody serves it.
 	a.closing.Go(func() { a.abandon(tag, b.Close()) })
@@ -414,23 +439,43 @@ func (a *Allocator) Stats() []segment.Stats {
 	return out
 }
 
-// TagStats returns a snapshot of one tag's buffer, loading the tag if it is
-// not loaded yet, so that a health check can ask about a tag before its first
-// ID. It returns ErrUnknownTag for a tag the store does not know.
+// TagStats returns a snapshot of one tag's buffer. It never loads a
+// segment: a tag that is known (see TagLister) but not loaded here yet has
+// stats with only Tag set. It returns ErrUnknownTag for a tag the store
+// does not know.
 func (a *Allocator) TagStats(ctx context.Context, tag string) (segment.Stats, error) {
-	b, err := a.buffer(tag)
-	if err != nil {
+	a.mu.RLock()
+	b, ok := a.buffers[tag]
+	a.mu.RUnlock()
+	if ok {
+		return a.stats(b), nil
+	}
+	if err := a.check(ctx, tag); err != nil {
 		return segment.Stats{}, err
 	}
-	if st := a.stats(b); st.Loads > 0 || st.Refused > 0 {
-		return st, nil
+	a.mu.Lock()
+	err := a.rememberedLocked(tag)
+	a.mu.Unlock()
+	return segment.Stats{Tag: tag}, err
+}
+
+// check returns an error for a tag that is invalid or, by the catalog,
+// unknown.
+func (a *Allocator) check(ctx context.Context, tag string) error {
+	if err := ValidateTag(tag); err != nil {
+		return err
 	}
-	// Never loaded: one load tells whether the tag exists, and the range
-	// it brings serves the next requests.
-	if err := b.Ready(ctx); err != nil {
-		return segment.Stats{}, a.takeFailed(tag, b, err)
+	if a.catalog == nil {
+		return nil
 	}
-	return a.stats(b), nil
+	known, err := a.catalog.known(ctx, tag)
+	if err != nil {
+		return err
+	}
+	if !known {
+		return fmt.Errorf("%w: %q", ErrUnknownTag, tag)
+	}
+	return nil
 }
 
 // stats returns b's stats with the IDs the allocator abandoned for its tag.

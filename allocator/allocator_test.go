@@ -224,6 +224,8 @@ type lossyStore struct {
 	loseEvery       int64 // and of every Nth allocation after that
 	down            atomic.Bool
 	calls           atomic.Int64
+	tagsDown        atomic.Bool // Tags fails
+	tagReads        atomic.Int64
 	mu              sync.Mutex
 	first           uuid.UUID
 }
@@ -257,6 +259,16 @@ func (s *lossyStore) Lookup(ctx context.Context, id uuid.UUID) (allocator.Segmen
 	return s.MemStore.Lookup(ctx, id)
 }
 
+// Tags fails while the store is down, as every read of an unreachable
+// database does.
+func (s *lossyStore) Tags(ctx context.Context) ([]allocator.Tag, error) {
+	s.tagReads.Add(1)
+	if s.tagsDown.Load() {
+		return nil, errLost
+	}
+	return s.MemStore.Tags(ctx)
+}
+
 func (s *lossyStore) firstRequest() uuid.UUID {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -264,32 +276,46 @@ func (s *lossyStore) firstRequest() uuid.UUID {
 }
 
 // TestAllocator_OutageKeepsNoBuffers: tags asked for while the store is
-// unreachable, made up or not, leave no buffer behind and are answered
-// "unavailable" from memory for a while; a tag that already served keeps
-// its buffer.
+// unreachable, made up or not, leave no buffer behind. A made-up tag is
+// answered from the catalog of tag names while it is fresh (unknown), and
+// "unavailable" once it is stale and cannot be read again, with one read
+// per interval whatever the number of names; a tag that already served
+// keeps its buffer.
 func TestAllocator_OutageKeepsNoBuffers(t *testing.T) {
 	m := memStore(t, "order")
 	store := &lossyStore{MemStore: m}
+	base := time.Now()
+	var offset atomic.Int64
 	a := newAllocator(t, store, func(c *allocator.Config) {
 		c.Segment.LoadTimeout = 20 * time.Millisecond
 		c.Segment.MinBackoff = time.Hour
+		c.CatalogInterval = time.Second
+		c.Now = func() time.Time { return base.Add(time.Duration(offset.Load())) }
 	})
 	if _, err := a.Next(context.Background(), "order"); err != nil {
 		t.Fatal(err)
 	}
 	store.down.Store(true)
+	store.tagsDown.Store(true)
+	reads := store.tagReads.Load()
 	for i := range 100 {
-		if _, err := a.Next(context.Background(), fmt.Sprint("made-up-", i)); !errors.Is(err, allocator.ErrUnavailable) {
-			t.Fatalf("err = %v, want ErrUnavailable", err)
+		if _, err := a.Next(context.Background(), fmt.Sprint("made-up-", i)); !errors.Is(err, allocator.ErrUnknownTag) {
+			t.Fatalf("fresh catalog: err = %v, want ErrUnknownTag", err)
 		}
 	}
-	calls := store.calls.Load()
-	var ue *segment.UnavailableError
-	if _, err := a.Next(context.Background(), "made-up-0"); !errors.As(err, &ue) || ue.RetryAfter <= 0 {
-		t.Fatalf("remembered tag: err = %v, want UnavailableError with RetryAfter", err)
+	if store.tagReads.Load() != reads {
+		t.Fatal("made-up tags reached the store while the catalog was fresh")
 	}
-	if store.calls.Load() != calls {
-		t.Fatal("a remembered tag reached the store")
+
+	offset.Add(int64(2 * time.Second)) // the catalog is stale now
+	for i := range 100 {
+		var ue *segment.UnavailableError
+		if _, err := a.Next(context.Background(), fmt.Sprint("made-up-", i)); !errors.As(err, &ue) || ue.RetryAfter <= 0 {
+			t.Fatalf("stale catalog, store down: err = %v, want UnavailableError with RetryAfter", err)
+		}
+	}
+	if n := store.tagReads.Load() - reads; n != 1 {
+		t.Fatalf("100 made-up tags read the catalog %d times, want 1", n)
 	}
 	if st := a.Stats(); len(st) != 1 || st[0].Tag != "order" {
 		t.Fatalf("buffers after the outage: %d, want only order's", len(st))

@@ -2,6 +2,7 @@ package allocator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -25,6 +26,8 @@ type MemStore struct {
 	// returned holds where the give-back of a caller's range started
 	// (GiveBackRange), by request ID.
 	returned map[uuid.UUID]int64
+	// tokens holds the bearer tokens (TokenStore).
+	tokens []Token
 }
 
 // NewMemStore returns an empty MemStore.
@@ -89,11 +92,17 @@ func (m *MemStore) Bump(ctx context.Context, name string, to, by int64) (Tag, er
 	if err := checkBump(to, by); err != nil {
 		return Tag{}, err
 	}
-	return m.update(ctx, name, func(t *Tag) error {
+	var cur Tag
+	t, err := m.update(ctx, name, func(t *Tag) error {
+		cur = *t
 		maxID, err := bumped(t.MaxID, to, by)
 		t.MaxID = maxID
 		return err
 	})
+	if errors.Is(err, ErrNotRaised) {
+		return cur, err
+	}
+	return t, err
 }
 
 // update applies change to a copy of the tag and stores it if change

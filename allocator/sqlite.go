@@ -254,10 +254,16 @@ func (s *SQLite) Bump(ctx context.Context, name string, to, by int64) (Tag, erro
 	if err := checkBump(to, by); err != nil {
 		return Tag{}, err
 	}
-	return s.updateTag(ctx, name, func(t Tag) (string, []any, error) {
+	var cur Tag
+	t, err := s.updateTag(ctx, name, func(t Tag) (string, []any, error) {
+		cur = t
 		maxID, err := bumped(t.MaxID, to, by)
 		return `max_id = ?`, []any{maxID}, err
 	})
+	if errors.Is(err, ErrNotRaised) {
+		return cur, err
+	}
+	return t, err
 }
 
 // updateTag reads the tag and applies the SET clause that change returns

@@ -41,6 +41,12 @@ var (
 	ErrAmbiguous = errors.New("outcome unknown")
 	// ErrExists means a tag being created already exists.
 	ErrExists = errors.New("biz_tag already exists")
+	// ErrInvalidSpec means tag settings out of bounds (step, max_step,
+	// start, description, a bump with both or neither of to and by).
+	ErrInvalidSpec = errors.New("invalid tag settings")
+	// ErrNotRaised means a Bump changed nothing: max_id is already at or
+	// above the value asked for.
+	ErrNotRaised = errors.New("max_id not raised")
 )
 
 // Store is the source of truth for tags' high-water marks.
@@ -111,9 +117,10 @@ var tagPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$`)
 
 // ValidateTag reports whether name is a valid tag: 1 to 64 characters of
 // letters, digits, '_', '.', ':' and '-', starting with a letter or digit.
+// Its error quotes at most 80 bytes of name.
 func ValidateTag(name string) error {
 	if !tagPattern.MatchString(name) {
-		return fmt.Errorf("%w: %q: want 1-64 of [A-Za-z0-9_.:-], starting with a letter or digit", ErrInvalidTag, name)
+		return fmt.Errorf("%w: %q: want 1-64 of [A-Za-z0-9_.:-], starting with a letter or digit", ErrInvalidTag, truncate(name, 80))
 	}
 	return nil
 }

@@ -7,6 +7,16 @@
 //	GET /metrics                       Prometheus metrics (see Metrics)
 //	POST /v1/segments                  a whole range for a caller-chosen request_id (see SegmentRequest)
 //	POST /v1/segments/giveback         the unused tail of such a range (see GiveBackRequest)
+//	GET /openapi.yaml                  the OpenAPI 3 document of every route
+//	/v1/tags…                          the admin API (admin.go), admin token only
+//
+// Access (auth.go): the ID routes are open or need a bearer token whose
+// scope covers the tag (AuthConfig.IDs); the admin routes always need an
+// admin token; the monitoring routes are open unless protected. Limits
+// (limits.go) bound query and body sizes, read times, and IDs per second per
+// token or client address. Routes added beside these that hand out IDs
+// wrap themselves in Server.IDAccess and call Server.AuthorizeTag once they
+// know their tag.
 //
 // IDs are JSON strings because JavaScript numbers lose integers above 2^53;
 // send "Accept: text/plain" to /id to get the bare decimal number instead.

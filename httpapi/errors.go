@@ -30,6 +30,8 @@ const (
 	CodeMethod        = "method_not_allowed"
 	CodeInternal      = "internal"
 	defaultRetryAfter = time.Second
+	// maxLogged bounds what a request puts in a log line or an error.
+	maxLogged = 256
 )
 
 // apiError is an error with its HTTP status and code.
@@ -38,6 +40,8 @@ type apiError struct {
 	code       string
 	message    string
 	retryAfter time.Duration
+	// challenge is the WWW-Authenticate header of a 401.
+	challenge string
 }
 
 func (e *apiError) Error() string { return e.message }
@@ -96,8 +100,11 @@ type errorBody struct {
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	ae := toAPIError(err)
 	if ae.status >= 500 {
-		log.Warn("request failed", "path", r.URL.Path, "query", r.URL.RawQuery, "status", ae.status, "code", ae.code, "err", err,
-			"request_id", middleware.GetReqID(r.Context()))
+		log.Warn("request failed", "path", truncate(r.URL.Path, maxLogged), "query", truncate(r.URL.RawQuery, maxLogged),
+			"status", ae.status, "code", ae.code, "err", err, "request_id", middleware.GetReqID(r.Context()))
+	}
+	if ae.challenge != "" {
+		w.Header().Set("WWW-Authenticate", ae.challenge)
 	}
 	if ae.retryAfter > 0 {
 		secs := int(math.Ceil(ae.retryAfter.Seconds()))

@@ -64,7 +64,9 @@ func (s *Server) handleIDs(w http.ResponseWriter, r *http.Request) {
 	}
 	buf := replies.Get().(*reply)
 	defer buf.release()
-	if buf.ranges, err = s.cfg.Allocator.NextRanges(r.Context(), tag, n, buf.ranges[:0]); err != nil {
+	// IDs taken before an error are handed out (fewer than count) rather
+	// than lost.
+	if buf.ranges, err = s.cfg.Allocator.NextRanges(r.Context(), tag, n, buf.ranges[:0]); err != nil && len(buf.ranges) == 0 {
 		writeError(w, r, s.cfg.Logger, err)
 		return
 	}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/idmint/idmint/internal/redact"
 	"github.com/idmint/idmint/segment"
 )
 
@@ -230,7 +231,7 @@ func tagHealth(st segment.Stats) TagHealth {
 		Issued:         st.Issued,
 		Abandoned:      st.Abandoned,
 		GivenBack:      st.GivenBack,
-		LastError:      st.LastError,
+		LastError:      redact.String(st.LastError),
 	}
 	if th.MaxStep == 0 && st.Loads > 0 {
 		th.MaxStep = segment.DefaultMaxStep

@@ -82,9 +82,9 @@ func newPGInstance(tb testing.TB, tags map[string]int64, mod func(*allocator.Con
 	}
 	a := allocator.New(cfg)
 	tb.Cleanup(func() { a.Close(context.Background()) })
-	srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{
+	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{
 		Allocator: a, Instance: "e2e", Logger: quiet(), Metrics: metrics, PingTimeout: 300 * time.Millisecond,
-	}))
+	})))
 	tb.Cleanup(srv.Close)
 	return &pgInstance{srv: srv, alloc: a, store: store}
 }
@@ -143,7 +143,10 @@ func hasReason(h httpapi.Health, part string) bool {
 // outage, a refused range and shutdown, over real PostgreSQL and HTTP, and
 // checks every /id/health field moves as documented.
 func TestHealth_Fields(t *testing.T) {
-	p := newPGInstance(t, map[string]int64{"order": 100}, nil)
+	// The tag catalog is read again at every miss, so that a made-up tag
+	// during the outage below is one the instance cannot tell from a real
+	// one.
+	p := newPGInstance(t, map[string]int64{"order": 100}, func(c *allocator.Config) { c.CatalogInterval = time.Nanosecond })
 
 	t.Run("fresh", func(t *testing.T) {
 		status, h := p.health(t, "")
@@ -153,25 +156,39 @@ func TestHealth_Fields(t *testing.T) {
 		}
 	})
 
+	t.Run("health never loads", func(t *testing.T) {
+		status, h, th := p.tag(t, "order")
+		if status != 200 || h.Status != httpapi.StatusOK || th.Serving || th.Current != nil || th.SegmentLoads != 0 || th.Issued != 0 {
+			t.Fatalf("%d %+v %+v", status, h, th)
+		}
+		var maxID int64
+		if err := p.store.Pool().QueryRow(context.Background(), `SELECT max_id FROM idmint_tags WHERE biz_tag = 'order'`).Scan(&maxID); err != nil || maxID != 0 {
+			t.Fatalf("max_id = %d, %v after a health check; want 0: a read must not allocate", maxID, err)
+		}
+	})
+
 	var first httpapi.TagHealth
 	t.Run("first load", func(t *testing.T) {
-		status, h, th := p.tag(t, "order") // loads the tag
+		if s := p.take(t, "order", 1); s != 200 {
+			t.Fatalf("ids: %d", s)
+		}
+		status, h, th := p.tag(t, "order")
 		if status != 200 || h.Status != httpapi.StatusOK {
 			t.Fatalf("%d %+v", status, h)
 		}
-		if !th.Serving || th.Current == nil || *th.Current != (httpapi.RangeJSON{First: 1, Last: 100}) || th.Next != 1 ||
-			th.Remaining != 100 || th.RemainingRatio != 1 || th.NextReady || th.NextRange != nil || th.NextLate ||
+		if !th.Serving || th.Current == nil || *th.Current != (httpapi.RangeJSON{First: 1, Last: 100}) || th.Next != 2 ||
+			th.Remaining != 99 || th.RemainingRatio != 0.99 || th.NextReady || th.NextRange != nil || th.NextLate ||
 			th.Step != 100 || th.MinStep != 100 || th.MaxStep != segment.DefaultMaxStep ||
 			th.SegmentLoads != 1 || th.LastLoadMS <= 0 || th.AvgLoadMS != th.LastLoadMS || th.LastLoadAt == nil ||
-			th.LoadFailures != 0 || th.Recovered != 0 || th.Refused != 0 || th.Issued != 0 || th.Abandoned != 0 ||
-			th.Available != 100 || th.IDsPerSecond != 0 || th.SecondsUntilDry != nil || th.LastError != "" {
+			th.LoadFailures != 0 || th.Recovered != 0 || th.Refused != 0 || th.Issued != 1 || th.Abandoned != 0 ||
+			th.Available != 99 || th.LastError != "" {
 			t.Fatalf("%+v", th)
 		}
 		first = th
 	})
 
 	t.Run("prefetch", func(t *testing.T) {
-		if s := p.take(t, "order", 50); s != 200 {
+		if s := p.take(t, "order", 49); s != 200 {
 			t.Fatalf("ids: %d", s)
 		}
 		var th httpapi.TagHealth
@@ -211,7 +228,7 @@ func TestHealth_Fields(t *testing.T) {
 			t.Fatalf("buffers full: %d %+v", status, h)
 		}
 		// A made-up tag cannot be told from a real one without the
-		// database, and cannot serve: asked for by name it is unavailable,
+		// database (once the catalog is stale), and cannot serve: asked for by name it is unavailable,
 		// but it does not take the instance down.
 		if s := p.take(t, "made-up", 1); s != 503 {
 			t.Fatalf("made-up tag during the outage: %d", s)

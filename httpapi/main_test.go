@@ -12,9 +12,11 @@ import (
 
 // TestMain gives the end-to-end tests (health over a real database, the
 // browser test) a PostgreSQL server; it starts only if one of them asks.
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+// Every reply is also checked against the OpenAPI document (see
+// validating).
+func TestMain(m *testing.M) { os.Exit(reportViolations(pgtest.Main(m))) }
 
-var client = &http.Client{Timeout: 10 * time.Second}
+var client = &http.Client{Timeout: 10 * time.Second, Transport: validating{next: http.DefaultTransport}}
 
 // getURL fetches an absolute URL and returns status, header and body.
 func getURL(tb testing.TB, url string) (int, http.Header, []byte) {

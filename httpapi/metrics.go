@@ -43,6 +43,11 @@ type Metrics struct {
 	// tags are not observed: a flood of requests for made-up tags during a
 	// database outage must not make one series each.
 	known sync.Map // tag → struct{}
+
+	// refused counts requests refused by access control and limits; see
+	// refusedCounter.
+	refused     *prometheus.CounterVec
+	refusedOnce sync.Once
 }
 
 // NewMetrics returns the metrics, with the Go runtime and process collectors.

@@ -52,7 +52,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			if v == http.ErrAbortHandler {
 				panic(v)
 			}
-			s.cfg.Logger.Error("panic serving request", "path", r.URL.Path, "panic", v,
+			s.cfg.Logger.Error("panic serving request", "path", truncate(r.URL.Path, maxLogged), "panic", v,
 				"request_id", rc.requestID(), "stack", string(stack()))
 			writeError(&ex.rec, r, s.cfg.Logger, &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: "internal error"})
 		}
@@ -62,7 +62,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		s.cfg.Metrics.route(ex.route.RoutePattern()).observe(status, elapsed)
 		if s.cfg.AccessLog {
 			s.cfg.Logger.Info("http",
-				"method", r.Method, "path", r.URL.Path, "query", r.URL.RawQuery,
+				"method", truncate(r.Method, 16), "path", truncate(r.URL.Path, maxLogged), "query", truncate(r.URL.RawQuery, maxLogged),
 				"status", status, "bytes", ex.rec.bytes,
 				"duration", elapsed, "remote", r.RemoteAddr,
 				"request_id", rc.requestID())

@@ -95,6 +95,9 @@ func (s *Server) handleGrant(w http.ResponseWriter, r *http.Request, g SegmentGr
 	if err == nil && (req.Size < 0 || req.Size > maxRangeSize) {
 		err = badRequest(CodeInvalidSize, fmt.Sprintf("size must be from 0 (the tag's step) to %d", maxRangeSize))
 	}
+	if err == nil {
+		err = s.AuthorizeTag(r, req.Tag)
+	}
 	if err != nil {
 		writeError(w, r, s.cfg.Logger, err)
 		return
@@ -115,6 +118,9 @@ func (s *Server) handleGiveBack(w http.ResponseWriter, r *http.Request, g Segmen
 	id, err := decodeRange(w, r, &req, func() (string, string) { return req.Tag, req.RequestID })
 	if err == nil && (req.First < 1 || req.First > req.Last) {
 		err = badRequest(CodeInvalidRange, "first and last: want 1 <= first <= last, as decimal strings")
+	}
+	if err == nil {
+		err = s.AuthorizeTag(r, req.Tag)
 	}
 	if err != nil {
 		writeError(w, r, s.cfg.Logger, err)

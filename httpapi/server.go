@@ -51,6 +51,14 @@ type Config struct {
 	// Snowflake serves /snowflake, /snowflakes and /snowflake/parse, and
 	// adds its state to /id/health and /metrics; nil leaves them out.
 	Snowflake Snowflake
+
+	// Auth controls who may ask for IDs, read the monitoring routes and
+	// use the admin API (auth.go).
+	Auth AuthConfig
+	// Limits bounds what one client can cost (limits.go).
+	Limits Limits
+	// Admin, when set, serves the admin API under /v1/tags (admin.go).
+	Admin TagAdmin
 }
 
 // Server is the HTTP API. It is an http.Handler.
@@ -66,6 +74,11 @@ type Server struct {
 	exchanges     sync.Pool // *exchange
 	requestSeq    atomic.Uint64
 	requestPrefix string
+
+	// auth checks bearer tokens; addrLimits is nil unless per-address
+	// limits are set.
+	auth       *authenticator
+	addrLimits *addrLimits
 }
 
 // NewServer returns the API over cfg.Allocator.
@@ -89,28 +102,38 @@ func NewServer(cfg Config) *Server {
 		cfg.Metrics = NewMetrics()
 	}
 	cfg.Metrics.attach(cfg.Allocator, cfg.PingTimeout)
+	cfg.Limits.setDefaults(cfg.RequestTimeout)
 	s := &Server{cfg: cfg, requestPrefix: requestPrefix()}
 	s.exchanges.New = func() any { return new(exchange) }
+	s.initAccess()
 	r := chi.NewRouter()
+	// What serve does around the router (request ID, bounded wait,
+	// recovery, metrics) applies to every route; this caps query and body
+	// sizes before any handler reads them.
+	r.Use(s.limitRequest)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, r, s.cfg.Logger, &apiError{status: http.StatusNotFound, code: CodeNotFound, message: "no such endpoint: " + r.URL.Path})
+		writeError(w, r, s.cfg.Logger, &apiError{status: http.StatusNotFound, code: CodeNotFound, message: "no such endpoint: " + truncate(r.URL.Path, maxLogged)})
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, r, s.cfg.Logger, &apiError{status: http.StatusMethodNotAllowed, code: CodeMethod, message: "method " + r.Method + " not allowed; use GET"})
+		writeError(w, r, s.cfg.Logger, &apiError{status: http.StatusMethodNotAllowed, code: CodeMethod, message: "method " + truncate(r.Method, 16) + " not allowed on this route"})
 	})
 	// Every route gets what serve does around the router (request ID,
 	// bounded wait, recovery, metrics by its pattern); middleware for some
-	// routes only goes in with r.With or r.Group.
-	r.Get("/id", s.handleID)
-	r.Get("/ids", s.handleIDs)
-	r.Get("/id/health", s.handleHealth)
-	r.Get("/id/dashboard", handleDashboard)
-	r.Method(http.MethodGet, "/metrics", cfg.Metrics.handler())
+	// routes only goes in with r.With, r.Group or a wrapping handler.
+	r.Method(http.MethodGet, "/id", s.IDAccess(http.HandlerFunc(s.handleID)))
+	r.Method(http.MethodGet, "/ids", s.IDAccess(http.HandlerFunc(s.handleIDs)))
+	r.Method(http.MethodGet, "/id/health", s.monitoring(http.HandlerFunc(s.handleHealth)))
+	r.Method(http.MethodGet, "/id/dashboard", s.monitoring(http.HandlerFunc(handleDashboard)))
+	r.Method(http.MethodGet, "/metrics", s.monitoring(cfg.Metrics.handler()))
+	r.Get("/openapi.yaml", handleOpenAPI)
+	s.mountAdmin(r)
 	if cfg.Snowflake != nil {
 		s.mountSnowflake(r)
 	}
 	if g, ok := cfg.Allocator.(SegmentGranter); ok {
-		r.Mount("/v1/segments", s.segmentsRouter(g))
+		// Ranges are IDs: the ID routes' access control, and the token's
+		// scope checked against the body's tag (AuthorizeTag).
+		r.Mount("/v1/segments", s.IDAccess(s.segmentsRouter(g)))
 	}
 	s.router = r
 	return s

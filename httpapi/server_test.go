@@ -66,7 +66,7 @@ func newServer(tb testing.TB) (*httptest.Server, *switchableStore) {
 		Segment: segment.Config{Period: time.Nanosecond, LoadTimeout: 50 * time.Millisecond, WaitTimeout: 200 * time.Millisecond, MinBackoff: time.Hour},
 	})
 	tb.Cleanup(func() { a.Close(context.Background()) })
-	srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), MaxCount: 100, Instance: "test"}))
+	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), MaxCount: 100, Instance: "test"})))
 	tb.Cleanup(srv.Close)
 	return srv, store
 }
@@ -242,7 +242,7 @@ func TestServer_Health(t *testing.T) {
 }
 
 func TestServer_Recoverer(t *testing.T) {
-	srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: panicking{}, Logger: quiet()}))
+	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: panicking{}, Logger: quiet()})))
 	defer srv.Close()
 	status, _, body := get(t, srv, "/id?biz_tag=order")
 	if status != 500 || errorCode(t, body) != httpapi.CodeInternal || strings.Contains(string(body), "goroutine") {

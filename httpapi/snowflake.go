@@ -61,8 +61,10 @@ func snowflakeAPIError(err error) (*apiError, bool) {
 
 // mountSnowflake adds the Snowflake routes.
 func (s *Server) mountSnowflake(r chi.Router) {
-	r.Get("/snowflake", s.handleSnowflake)
-	r.Get("/snowflakes", s.handleSnowflakes)
+	// IDs: behind the access control of the ID routes (a token with any ID
+	// scope in the token mode; /snowflakes charged by its count).
+	r.Method(http.MethodGet, "/snowflake", s.IDAccess(http.HandlerFunc(s.handleSnowflake)))
+	r.Method(http.MethodGet, "/snowflakes", s.IDAccess(http.HandlerFunc(s.handleSnowflakes)))
 	r.Get("/snowflake/parse", s.handleSnowflakeParse)
 	s.cfg.Metrics.reg.MustRegister(newSnowflakeCollector(s.cfg.Snowflake))
 }

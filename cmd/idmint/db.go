@@ -41,6 +41,7 @@ const sqliteFile = "idmint.db"
 type openedStore struct {
 	store   allocator.Store
 	admin   allocator.Admin
+	tokens  allocator.TokenStore
 	dialect migrations.Dialect
 	close   func()
 	// applied lists the migrations this open applied; version is the
@@ -78,11 +79,16 @@ func openStore(ctx context.Context, c storeConfig, migrate bool, logger *slog.Lo
 	}
 	logger.Info("single-machine mode: IDs come from a SQLite file on this machine; several idmint processes on this host may share it, other machines need PostgreSQL (--database-url postgres://…)",
 		"data", path)
+	if dir := filepath.Dir(path); !embedded {
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			return nil, fmt.Errorf("sqlite file %s: its directory %s does not exist; create it first (the file itself is created)", path, dir)
+		}
+	}
 	store, err := allocator.OpenSQLite(ctx, path)
 	if err != nil {
 		return nil, err
 	}
-	o := &openedStore{store: store, admin: store, dialect: migrations.SQLite, close: func() { store.Close() }}
+	o := &openedStore{store: store, admin: store, tokens: store, dialect: migrations.SQLite, close: func() { store.Close() }}
 	if err := o.checkSchema(ctx, store.DB(), true, logger); err != nil {
 		store.Close()
 		return nil, err
@@ -98,9 +104,18 @@ func openPostgres(ctx context.Context, url string, migrate bool, logger *slog.Lo
 	if err != nil {
 		return nil, err
 	}
+	// A database that cannot be reached is said so, not taken for one
+	// that lacks its schema.
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = store.Ping(pctx)
+	cancel()
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("cannot reach the database: %w", err)
+	}
 	db := stdlib.OpenDBFromPool(store.Pool())
 	defer db.Close()
-	o := &openedStore{store: store, admin: store, dialect: migrations.PostgreSQL, close: store.Close}
+	o := &openedStore{store: store, admin: store, tokens: store, dialect: migrations.PostgreSQL, close: store.Close}
 	if err := o.checkSchema(ctx, db, migrate, logger); err != nil {
 		store.Close()
 		return nil, err

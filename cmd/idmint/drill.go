@@ -50,7 +50,8 @@ func runDrill(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	count := fs.Int("count", 1, "ids per request: 1 uses /id, more uses /ids")
 	timeout := fs.Duration("request-timeout", 10*time.Second, "bound on one request")
 	snowflakeIDs := fs.Bool("snowflake", false, "ask for Snowflake ids (/snowflake, or /snowflakes with --count) instead of a tag's")
-	if _, err := parseFlags(fs, args); err != nil {
+	token := fs.String("token", "", "bearer token with an ID scope, for instances serving with --auth token")
+	if err := parseNoArgs(fs, args, stderr); err != nil {
 		return err
 	}
 	if len(tags) == 0 {
@@ -71,7 +72,11 @@ func runDrill(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	ctx, cancel := context.WithTimeout(ctx, *duration)
 	defer cancel()
-	d := newDrillRun(&http.Client{Timeout: *timeout}, *count)
+	client := &http.Client{Timeout: *timeout}
+	if *token != "" {
+		client.Transport = bearer{token: *token, next: http.DefaultTransport}
+	}
+	d := newDrillRun(client, *count)
 	fmt.Fprintf(stdout, "drill: %d clients against %d targets, biz_tag %s, for %v\n", *concurrency, len(targets), tags.String(), *duration)
 	for w := range *concurrency {
 		target := strings.TrimRight(targets[w%len(targets)], "/")
@@ -326,3 +331,15 @@ func errKind(err error) string {
 }
 
 var _ flag.Value = (*stringList)(nil)
+
+// bearer adds a bearer token to every request.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	req.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(req)
+}

@@ -4,34 +4,63 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"time"
 )
 
 // runHealthcheck exits 0 when /id/health answers 200: a container health
-// check that needs no shell or curl in the image.
+// check that needs no shell or curl in the image. It finds the instance
+// where serve listens: --listen (IDMINT_LISTEN), as serve reads it, unless
+// --healthcheck-url names the endpoint.
 func runHealthcheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("healthcheck", "idmint healthcheck [--url URL]", stderr)
-	url := fs.String("healthcheck-url", "http://127.0.0.1:8080/id/health", "health endpoint to check")
+	fs := newFlagSet("healthcheck", "idmint healthcheck [--listen ADDR] [--healthcheck-url URL] [--healthcheck-timeout D] [--token T]", stderr)
+	listen := fs.String("listen", ":8080", "the address serve listens on (the same flag and IDMINT_LISTEN as serve)")
+	url := fs.String("healthcheck-url", "", "health endpoint to check (default: /id/health at --listen, on loopback)")
 	timeout := fs.Duration("healthcheck-timeout", 3*time.Second, "longest the check may take")
-	if _, err := parseFlags(fs, args); err != nil {
+	token := fs.String("token", "", "bearer token, when serve runs with --protect-monitoring")
+	if err := parseNoArgs(fs, args, stderr); err != nil {
 		return err
+	}
+	target := *url
+	if target == "" {
+		var err error
+		if target, err = healthURL(*listen); err != nil {
+			return err
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, *url, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
-		return err
+		return fmt.Errorf("healthcheck: %w", err)
+	}
+	if *token != "" {
+		req.Header.Set("Authorization", "Bearer "+*token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("healthcheck: %w", err)
 	}
 	defer resp.Body.Close()
-	io.Copy(io.Discard, resp.Body)
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("healthcheck: %s answered %s", *url, resp.Status)
+		return fmt.Errorf("healthcheck: %s answered %s", target, resp.Status)
 	}
 	fmt.Fprintln(stdout, "ok")
 	return nil
+}
+
+// healthURL is /id/health of an instance listening on listen: its port on
+// loopback when it listens on every interface, else its host.
+func healthURL(listen string) (string, error) {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", fmt.Errorf("healthcheck: --listen %q: %w", listen, err)
+	}
+	switch host {
+	case "", "0.0.0.0", "::":
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/id/health", nil
 }

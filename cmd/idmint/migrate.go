@@ -12,7 +12,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	sc.register(fs)
 	var lc logConfig
 	lc.register(fs)
-	if _, err := parseFlags(fs, args); err != nil {
+	if err := parseNoArgs(fs, args, stderr); err != nil {
 		return err
 	}
 	logger, err := lc.logger(stderr)

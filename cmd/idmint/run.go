@@ -14,6 +14,10 @@ import (
 // errUsage is returned after usage was printed; main exits 2 without more.
 var errUsage = errors.New("usage")
 
+// errHelp is returned by parseFlags after -h or --help printed the usage:
+// run turns it into success.
+var errHelp = errors.New("help")
+
 func exitCode(err error) int {
 	if errors.Is(err, errUsage) {
 		return 2
@@ -31,7 +35,14 @@ Usage:
   idmint tag list
   idmint tag set-step NAME STEP [--max-step N]
   idmint tag bump NAME (--to N | --by N)  raise max_id after a database restore
-  idmint healthcheck [--url URL]         exit 0 if /id/health answers 200
+                                         (tag commands work on the database, or on a
+                                         running instance with --server URL --token T)
+  idmint token create --name NAME --scope SCOPE [--scope SCOPE …]
+                                         make a bearer token (printed once)
+  idmint token list
+  idmint token revoke ID
+  idmint healthcheck [--listen ADDR] [--healthcheck-url URL]
+                                         exit 0 if /id/health answers 200
   idmint drill --target URL [--target URL …] [--biz-tag T | --snowflake] [--duration D] [--concurrency N]
                                          ask instances for IDs, check none repeats
   idmint snowflake parse ID [--snowflake-bits B] [--snowflake-epoch T]
@@ -44,6 +55,14 @@ Every flag has an environment equivalent: --database-url is IDMINT_DATABASE_URL,
 
 // run is the whole program; main only wires it to the process.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	err := dispatch(ctx, args, stdout, stderr)
+	if errors.Is(err, errHelp) {
+		return nil // the usage asked for is printed
+	}
+	return err
+}
+
+func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return errUsage
@@ -55,6 +74,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runMigrate(ctx, rest, stdout, stderr)
 	case "tag":
 		return runTag(ctx, rest, stdout, stderr)
+	case "token":
+		return runToken(ctx, rest, stdout, stderr)
 	case "healthcheck":
 		return runHealthcheck(ctx, rest, stdout, stderr)
 	case "drill":
@@ -81,7 +102,7 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				return nil, errUsage
+				return nil, errHelp
 			}
 			return nil, errUsage
 		}
@@ -106,6 +127,29 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 		}
 	})
 	return positional, err
+}
+
+// parseNoArgs is parseFlags for a command that takes no positional
+// argument: a stray one is a usage error, not silently ignored.
+func parseNoArgs(fs *flag.FlagSet, args []string, stderr io.Writer) error {
+	pos, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		fmt.Fprintf(stderr, "idmint %s: unexpected argument %q\n\n", fs.Name(), truncateArg(pos[0]))
+		fs.Usage()
+		return errUsage
+	}
+	return nil
+}
+
+// truncateArg keeps an echoed argument short.
+func truncateArg(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
 }
 
 func envName(flagName string) string {

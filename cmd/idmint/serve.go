@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"runtime/pprof"
 	"sync"
@@ -36,6 +35,33 @@ type serveConfig struct {
 	cpuProfile      string
 	log             logConfig
 	snowflake       snowflakeConfig
+	access          accessConfig
+}
+
+// accessConfig holds the flags of access control and limits.
+type accessConfig struct {
+	auth              string
+	protectMonitoring bool
+	tokenRate         float64
+	addressRate       float64
+	readTimeout       time.Duration
+}
+
+func (a *accessConfig) register(fs *flag.FlagSet) {
+	fs.StringVar(&a.auth, "auth", "open", "who may ask for IDs: open (anyone who reaches the port) or token (a bearer token with an ID scope); /v1 admin routes always need an admin token")
+	fs.BoolVar(&a.protectMonitoring, "protect-monitoring", false, "make /metrics, /id/health and /id/dashboard need a token with the monitor or admin scope")
+	fs.Float64Var(&a.tokenRate, "ids-per-second-per-token", 0, "IDs per second each token may take with --auth token (0: unlimited); /ids counts its count")
+	fs.Float64Var(&a.addressRate, "ids-per-second-per-address", 0, "IDs per second each client address may take with --auth open (0: unlimited; behind a proxy all clients share its address)")
+	fs.DurationVar(&a.readTimeout, "read-timeout", 10*time.Second, "longest a client may take to send a whole request (slow clients are disconnected)")
+}
+
+func (a *accessConfig) httpConfig(tokens httpapi.TokenLister) (httpapi.AuthConfig, httpapi.Limits, error) {
+	mode := httpapi.AuthMode(a.auth)
+	if mode != httpapi.AuthOpen && mode != httpapi.AuthToken {
+		return httpapi.AuthConfig{}, httpapi.Limits{}, fmt.Errorf("--auth %q: want open or token", truncateArg(a.auth))
+	}
+	return httpapi.AuthConfig{Tokens: tokens, IDs: mode, ProtectMonitoring: a.protectMonitoring},
+		httpapi.Limits{IDsPerSecondPerToken: a.tokenRate, IDsPerSecondPerAddress: a.addressRate, ReadTimeout: a.readTimeout}, nil
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -58,7 +84,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&c.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run to this file (for go tool pprof)")
 	c.log.register(fs)
 	c.snowflake.register(fs)
-	if _, err := parseFlags(fs, args); err != nil {
+	c.access.register(fs)
+	if err := parseNoArgs(fs, args, stderr); err != nil {
 		return err
 	}
 	if c.maxCount < 1 || c.maxCount > allocator.MaxN {
@@ -80,6 +107,10 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) error {
 		return err
 	}
 	defer store.close()
+	auth, limits, err := c.access.httpConfig(store.tokens)
+	if err != nil {
+		return err
+	}
 	if err := ensureTags(ctx, store, c.tags, logger); err != nil {
 		return err
 	}
@@ -113,20 +144,20 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) error {
 		Metrics:        metrics,
 		Logger:         logger,
 		Snowflake:      snowflakeAPI(node),
+		Auth:           auth,
+		Limits:         limits,
+		Admin:          store.admin,
 	})
-	srv := &http.Server{
-		Handler:           api,
-		ReadHeaderTimeout: 5 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-	}
+	srv := api.HTTPServer()
+	srv.ErrorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		closeSnowflake(ctx, node, logger)
 		alloc.Close(ctx)
 		return fmt.Errorf("listen on %s: %w", c.listen, err)
 	}
-	logger.Info("idmint serving", "listen", ln.Addr().String(), "instance", c.instance, "version", version())
+	logger.Info("idmint serving", "listen", ln.Addr().String(), "instance", c.instance, "version", version(),
+		"auth", auth.IDs, "protect_monitoring", auth.ProtectMonitoring)
 	if c.cpuProfile != "" {
 		stop, err := startCPUProfile(c.cpuProfile)
 		if err != nil {
@@ -244,9 +275,9 @@ func (l *logConfig) logger(w io.Writer) (*slog.Logger, error) {
 	}
 	switch format {
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		return slog.New(redacting{slog.NewJSONHandler(w, opts)}), nil
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		return slog.New(redacting{slog.NewTextHandler(w, opts)}), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want auto, json or text", l.format)
 }

@@ -86,6 +86,10 @@ func startSnowflake(ctx context.Context, c snowflakeConfig, store *openedStore, 
 // runSnowflake is `idmint snowflake parse ID`.
 func runSnowflake(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	const synopsis = "idmint snowflake parse ID [--snowflake-bits B] [--snowflake-epoch T]"
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+		fmt.Fprintf(stdout, "Usage: %s\n", synopsis)
+		return nil
+	}
 	if len(args) == 0 || args[0] != "parse" {
 		fmt.Fprintf(stderr, "Usage: %s\n", synopsis)
 		return errUsage

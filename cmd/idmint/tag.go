@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,6 +17,12 @@ const tagUsage = `Usage:
   idmint tag list
   idmint tag set-step NAME STEP [--max-step N]
   idmint tag bump NAME (--to N | --by N)
+  idmint tag describe NAME TEXT
+
+Every tag command works on the database (--database-url, --data-dir), or on
+a running instance's admin API with --server URL --token T (IDMINT_SERVER,
+IDMINT_TOKEN; a token with the admin scope). bump never lowers max_id: asked
+to, it changes nothing and exits 1.
 `
 
 func runTag(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -24,9 +31,16 @@ func runTag(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return errUsage
 	}
 	sub, args := args[0], args[1:]
+	if sub == "-h" || sub == "--help" || sub == "help" {
+		fmt.Fprint(stdout, tagUsage)
+		return nil
+	}
 	fs := newFlagSet("tag "+sub, "idmint tag "+sub+" …", stderr)
 	var sc storeConfig
 	sc.register(fs)
+	var server, token string
+	fs.StringVar(&server, "server", "", "base URL of a running instance whose admin API to use instead of the database")
+	fs.StringVar(&token, "token", "", "bearer token with the admin scope, for --server")
 	var (
 		spec     allocator.TagSpec
 		to, by   int64
@@ -47,8 +61,10 @@ func runTag(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fs.Int64Var(&to, "to", 0, "raise max_id to at least N")
 		fs.Int64Var(&by, "by", 0, "raise max_id by N")
 		wantArgs = 1
+	case "describe":
+		wantArgs = 2
 	default:
-		fmt.Fprintf(stderr, "idmint tag: unknown subcommand %q\n\n%s", sub, tagUsage)
+		fmt.Fprintf(stderr, "idmint tag: unknown subcommand %q\n\n%s", truncateArg(sub), tagUsage)
 		return errUsage
 	}
 	pos, err := parseFlags(fs, args)
@@ -59,13 +75,20 @@ func runTag(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		fmt.Fprint(stderr, tagUsage)
 		return errUsage
 	}
-	// Logs would only clutter the table; errors still say what failed.
-	store, err := openStore(ctx, sc, false, slog.New(slog.DiscardHandler))
-	if err != nil {
-		return err
+	var admin allocator.Admin
+	if server != "" {
+		if admin, err = newAdminClient(server, token); err != nil {
+			return err
+		}
+	} else {
+		// Logs would only clutter the table; errors still say what failed.
+		store, err := openStore(ctx, sc, false, slog.New(slog.DiscardHandler))
+		if err != nil {
+			return err
+		}
+		defer store.close()
+		admin = store.admin
 	}
-	defer store.close()
-	admin := store.admin
 
 	var tags []allocator.Tag
 	switch sub {
@@ -92,6 +115,16 @@ func runTag(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		tags = []allocator.Tag{t}
 	case "bump":
 		t, err := admin.Bump(ctx, pos[0], to, by)
+		if errors.Is(err, allocator.ErrNotRaised) {
+			printTags(stdout, []allocator.Tag{t})
+			return fmt.Errorf("%w: nothing changed (bump never lowers max_id)", err)
+		}
+		if err != nil {
+			return err
+		}
+		tags = []allocator.Tag{t}
+	case "describe":
+		t, err := admin.Describe(ctx, pos[0], pos[1])
 		if err != nil {
 			return err
 		}

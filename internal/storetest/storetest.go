@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -421,12 +422,29 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 			to, by, want int64
 		}{
 			{to: 1000, want: 1000},
-			{to: 10, want: 1000}, // never lowers
 			{by: 5, want: 1005},
 		} {
 			if tag, err := s.Bump(t.Context(), "order", b.to, b.by); err != nil || tag.MaxID != b.want {
 				t.Fatalf("Bump(to %d, by %d) = %+v, %v; want max_id %d", b.to, b.by, tag, err, b.want)
 			}
+		}
+		// Never lowers, and says so: nothing changed.
+		for _, to := range []int64{10, 1005} {
+			if tag, err := s.Bump(t.Context(), "order", to, 0); !errors.Is(err, allocator.ErrNotRaised) || tag.MaxID != 1005 {
+				t.Fatalf("Bump(to %d) = %+v, %v; want max_id 1005 and ErrNotRaised", to, tag, err)
+			}
+		}
+		if tag, err := s.Bump(t.Context(), "order", 0, math.MaxInt64); !errors.Is(err, allocator.ErrExhausted) {
+			t.Fatalf("Bump(by max) = %+v, %v; want ErrExhausted", tag, err)
+		}
+		if tag, err := s.Describe(t.Context(), "order", "orders of the shop"); err != nil || tag.Description != "orders of the shop" || tag.MaxID != 1005 {
+			t.Fatalf("Describe = %+v, %v", tag, err)
+		}
+		if _, err := s.Describe(t.Context(), "nope", "x"); !errors.Is(err, allocator.ErrUnknownTag) {
+			t.Errorf("Describe unknown: %v, want ErrUnknownTag", err)
+		}
+		if _, err := s.Describe(t.Context(), "order", strings.Repeat("x", 1001)); err == nil {
+			t.Error("Describe accepted 1001 characters")
 		}
 		if _, err := s.Bump(t.Context(), "order", 10, 10); err == nil {
 			t.Error("Bump accepted both --to and --by")

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/httpapi"
+)
+
+// adminClient is allocator.Admin over a running instance's /v1 admin API,
+// for `idmint tag … --server URL --token T`: no database credentials needed.
+type adminClient struct {
+	base   string
+	token  string
+	client *http.Client
+}
+
+var _ allocator.Admin = (*adminClient)(nil)
+
+func newAdminClient(server, token string) (*adminClient, error) {
+	u, err := url.Parse(server)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("--server %q: want http(s)://host:port", truncateArg(server))
+	}
+	if token == "" {
+		return nil, fmt.Errorf("--server needs --token (IDMINT_TOKEN): a token with the admin scope")
+	}
+	return &adminClient{base: strings.TrimRight(server, "/"), token: token, client: &http.Client{Timeout: 30 * time.Second}}, nil
+}
+
+// call sends one request and decodes a TagJSON (or a list) into out. An
+// error reply becomes an error wrapping the allocator sentinel it stands
+// for, so the commands treat both modes alike.
+func (c *adminClient) call(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("admin api: %w", err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return fmt.Errorf("admin api: %w", err)
+	}
+	if resp.StatusCode >= 300 {
+		var e struct {
+			Error struct{ Code, Message string }
+		}
+		if json.Unmarshal(data, &e) != nil || e.Error.Code == "" {
+			return fmt.Errorf("admin api: %s %s: %s", method, path, resp.Status)
+		}
+		sentinel := map[string]error{
+			httpapi.CodeUnknownTag: allocator.ErrUnknownTag, httpapi.CodeTagExists: allocator.ErrExists,
+			httpapi.CodeNotRaised: allocator.ErrNotRaised, httpapi.CodeInvalidSpec: allocator.ErrInvalidSpec,
+			httpapi.CodeInvalidTag: allocator.ErrInvalidTag,
+		}[e.Error.Code]
+		if sentinel != nil {
+			return fmt.Errorf("%w (%s)", sentinel, e.Error.Message)
+		}
+		return fmt.Errorf("admin api: %s (%s)", e.Error.Message, e.Error.Code)
+	}
+	return json.Unmarshal(data, out)
+}
+
+func fromJSON(t httpapi.TagJSON) allocator.Tag {
+	return allocator.Tag{Name: t.Tag, MaxID: t.MaxID, Step: t.Step, MaxStep: t.MaxStep, Description: t.Description}
+}
+
+// CreateTag implements allocator.Admin.
+func (c *adminClient) CreateTag(ctx context.Context, spec allocator.TagSpec) (allocator.Tag, error) {
+	var t httpapi.TagJSON
+	err := c.call(ctx, http.MethodPost, "/v1/tags", map[string]any{
+		"biz_tag": spec.Name, "step": spec.Step, "max_step": spec.MaxStep, "start": spec.Start, "description": spec.Description,
+	}, &t)
+	return fromJSON(t), err
+}
+
+// Tags implements allocator.Admin.
+func (c *adminClient) Tags(ctx context.Context) ([]allocator.Tag, error) {
+	var list struct{ Tags []httpapi.TagJSON }
+	if err := c.call(ctx, http.MethodGet, "/v1/tags", nil, &list); err != nil {
+		return nil, err
+	}
+	out := make([]allocator.Tag, 0, len(list.Tags))
+	for _, t := range list.Tags {
+		out = append(out, fromJSON(t))
+	}
+	return out, nil
+}
+
+// SetStep implements allocator.Admin.
+func (c *adminClient) SetStep(ctx context.Context, name string, step, maxStep int64) (allocator.Tag, error) {
+	var t httpapi.TagJSON
+	err := c.call(ctx, http.MethodPatch, "/v1/tags/"+url.PathEscape(name), map[string]any{"step": step, "max_step": maxStep}, &t)
+	return fromJSON(t), err
+}
+
+// Bump implements allocator.Admin. On ErrNotRaised it returns the tag as
+// it stands.
+func (c *adminClient) Bump(ctx context.Context, name string, to, by int64) (allocator.Tag, error) {
+	var t httpapi.TagJSON
+	body := map[string]any{}
+	if to != 0 {
+		body["to"] = to
+	}
+	if by != 0 {
+		body["by"] = by
+	}
+	err := c.call(ctx, http.MethodPost, "/v1/tags/"+url.PathEscape(name)+"/bump", body, &t)
+	return fromJSON(t), err
+}
+
+// Describe implements allocator.Admin.
+func (c *adminClient) Describe(ctx context.Context, name, description string) (allocator.Tag, error) {
+	var t httpapi.TagJSON
+	err := c.call(ctx, http.MethodPatch, "/v1/tags/"+url.PathEscape(name), map[string]any{"description": description}, &t)
+	return fromJSON(t), err
+}

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// runErr runs one command in-process and returns its output and error.
+func runErr(args ...string) (stdout, stderr string, err error) {
+	var out, errOut bytes.Buffer
+	err = run(context.Background(), args, &out, &errOut)
+	return out.String(), errOut.String(), err
+}
+
+// TestCLI_Usage: every command's --help succeeds; stray arguments and
+// unknown subcommands are usage errors (exit 2).
+func TestCLI_Usage(t *testing.T) {
+	for _, args := range [][]string{
+		{"--help"}, {"serve", "--help"}, {"migrate", "-h"}, {"healthcheck", "--help"}, {"drill", "--help"},
+		{"tag", "--help"}, {"tag", "create", "--help"}, {"tag", "list", "-h"}, {"tag", "set-step", "--help"},
+		{"tag", "bump", "--help"}, {"tag", "describe", "--help"},
+		{"token", "--help"}, {"token", "create", "--help"}, {"token", "list", "--help"}, {"token", "revoke", "--help"},
+		{"snowflake", "--help"}, {"snowflake", "parse", "--help"},
+	} {
+		if _, stderr, err := runErr(args...); err != nil {
+			t.Errorf("idmint %s: %v\n%s", strings.Join(args, " "), err, stderr)
+		}
+	}
+	for _, args := range [][]string{
+		{"serve", "extra"}, {"migrate", "now"}, {"healthcheck", "please"}, {"drill", "--target", "http://x", "more"},
+		{"tag", "nope"}, {"token", "nope"}, {"token", "revoke"}, {"tag", "list", "extra"},
+	} {
+		if _, _, err := runErr(args...); !errors.Is(err, errUsage) || exitCode(err) != 2 {
+			t.Errorf("idmint %s: %v, want a usage error", strings.Join(args, " "), err)
+		}
+	}
+}
+
+// TestCLI_Errors: clear messages for a SQLite file in a missing directory,
+// an unreachable database (no advice to migrate, no credentials echoed),
+// and a bump that would lower max_id (nothing changed, exit 1).
+func TestCLI_Errors(t *testing.T) {
+	t.Setenv("IDMINT_DATABASE_URL", "")
+	t.Setenv("IDMINT_DATA_DIR", t.TempDir())
+
+	missing := "sqlite://" + filepath.Join(t.TempDir(), "no", "such", "dir", "idmint.db")
+	if _, _, err := runErr("tag", "list", "--database-url", missing); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("missing directory: %v", err)
+	}
+	_, _, err := runErr("tag", "list", "--database-url", "postgres://someone:hunter2@127.0.0.1:1/db?connect_timeout=2")
+	if err == nil || strings.Contains(err.Error(), "migrate") || strings.Contains(err.Error(), "hunter2") || !strings.Contains(err.Error(), "cannot reach") {
+		t.Errorf("unreachable database: %v", err)
+	}
+
+	idmint(t, "tag", "create", "order", "--step", "10")
+	if out := idmint(t, "tag", "bump", "order", "--to", "5000"); !strings.Contains(out, "5000") {
+		t.Fatalf("bump up: %s", out)
+	}
+	out, _, err := runErr("tag", "bump", "order", "--to", "100")
+	if err == nil || exitCode(err) != 1 || !strings.Contains(err.Error(), "nothing changed") || !strings.Contains(out, "5000") {
+		t.Fatalf("bump down: %v, %q", err, out)
+	}
+	if out := idmint(t, "tag", "describe", "order", "orders of the shop"); !strings.Contains(out, "orders of the shop") {
+		t.Fatalf("describe: %s", out)
+	}
+}
+
+// TestCLI_TokensAndAdminAPI: tokens made with the CLI guard a served
+// instance (--auth token), the tag commands work over its admin API with an
+// admin token, healthcheck finds serve through IDMINT_LISTEN, and a revoked
+// token stops working.
+func TestCLI_TokensAndAdminAPI(t *testing.T) {
+	t.Setenv("IDMINT_DATABASE_URL", "")
+	t.Setenv("IDMINT_DATA_DIR", t.TempDir())
+	admin := strings.TrimSpace(idmint(t, "token", "create", "--name", "ops", "--scope", "admin"))
+	ids := strings.TrimSpace(idmint(t, "token", "create", "--name", "app", "--scope", "ids:order"))
+	if _, _, err := runErr("token", "create", "--name", "x", "--scope", "everything"); err == nil {
+		t.Fatal("a bad scope was accepted")
+	}
+	list := idmint(t, "token", "list")
+	if !strings.Contains(list, "ops") || !strings.Contains(list, "ids:order") || strings.Contains(list, admin[21:]) {
+		t.Fatalf("token list: %s", list)
+	}
+
+	base, _ := startServe(t, "--auth", "token")
+	t.Setenv("IDMINT_LISTEN", strings.TrimPrefix(base, "http://"))
+	if out, stderr, err := runErr("healthcheck"); err != nil || out != "ok\n" {
+		t.Fatalf("healthcheck with IDMINT_LISTEN: %v %s", err, stderr)
+	}
+
+	if out := idmint(t, "tag", "create", "order", "--step", "10", "--server", base, "--token", admin); !strings.Contains(out, "order") {
+		t.Fatalf("tag create over the API: %s", out)
+	}
+	if _, _, err := runErr("tag", "list", "--server", base, "--token", ids); err == nil || !strings.Contains(err.Error(), "scope") {
+		t.Fatalf("tag list with an ids token: %v", err)
+	}
+	get := func(bearer string) int {
+		req, _ := http.NewRequest("GET", base+"/id?biz_tag=order", nil)
+		req.Header.Set("Authorization", "Bearer "+bearer)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	waitFor(t, "the tag created over the API served", func() bool { return get(ids) == 200 })
+	if s := get(admin); s != 403 {
+		t.Fatalf("admin token on /id: %d, want 403", s)
+	}
+	_, _, err := runErr("tag", "bump", "order", "--to", "1", "--server", base, "--token", admin)
+	if err == nil || !strings.Contains(err.Error(), "nothing changed") {
+		t.Fatalf("bump down over the API: %v", err)
+	}
+	var id string
+	for line := range strings.Lines(idmint(t, "token", "list")) {
+		if f := strings.Fields(line); len(f) > 1 && f[1] == "app" {
+			id = f[0]
+		}
+	}
+	if out := idmint(t, "token", "revoke", id); !strings.Contains(out, "app") {
+		t.Fatalf("revoke: %s", out)
+	}
+	waitFor(t, "the revoked token refused", func() bool { return get(ids) == 401 })
+}
+
+// waitFor polls cond every 10ms for at most 10s.
+func waitFor(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

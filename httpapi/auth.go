@@ -1,0 +1,365 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/idmint/idmint/allocator"
+)
+
+// AuthMode says who may ask for IDs.
+type AuthMode string
+
+// The modes of the ID routes (/id, /ids and any route wrapped in IDAccess).
+// The admin routes (/v1/) always need a token with the admin scope.
+const (
+	// AuthOpen serves IDs to anyone who reaches the port (the default);
+	// per-address rate limits apply if configured.
+	AuthOpen AuthMode = "open"
+	// AuthToken serves IDs only to a bearer token whose scope covers the
+	// tag; per-token rate limits apply if configured.
+	AuthToken AuthMode = "token"
+)
+
+// TokenLister lists the bearer tokens, revoked ones included; an
+// allocator.TokenStore is one.
+type TokenLister interface {
+	ListTokens(ctx context.Context) ([]allocator.Token, error)
+}
+
+// AuthConfig configures access control. The zero value serves IDs openly,
+// serves /metrics, /id/health and /id/dashboard openly, and refuses every
+// admin request (no token is known).
+type AuthConfig struct {
+	// Tokens is where tokens are read from; nil knows none.
+	Tokens TokenLister
+	// IDs is the mode of the ID routes (default AuthOpen).
+	IDs AuthMode
+	// ProtectMonitoring makes /metrics, /id/health and /id/dashboard need a
+	// token with the monitor (or admin) scope.
+	ProtectMonitoring bool
+	// Refresh is how old the in-memory copy of the tokens may get before a
+	// request reads them again (default 1s): a new or revoked token takes
+	// effect within it.
+	Refresh time.Duration
+}
+
+// initAccess sets up token checks and per-address limits from the config.
+func (s *Server) initAccess() {
+	a := s.cfg.Auth
+	if a.IDs == "" {
+		s.cfg.Auth.IDs = AuthOpen
+	}
+	if a.Refresh <= 0 {
+		a.Refresh = time.Second
+	}
+	s.auth = &authenticator{src: a.Tokens, refresh: a.Refresh, timeout: max(s.cfg.PingTimeout, time.Second), now: s.cfg.Now}
+	if per := s.cfg.Limits.IDsPerSecondPerToken; per > 0 {
+		s.auth.newLimit = func() *rate.Limiter { return newLimiter(per, s.cfg.MaxCount) }
+	}
+	s.addrLimits = newAddrLimits(s.cfg.Limits.IDsPerSecondPerAddress, s.cfg.MaxCount, s.cfg.Limits.MaxAddresses)
+	s.cfg.Metrics.refusedCounter()
+}
+
+// monitoring wraps /metrics, /id/health and /id/dashboard: open, unless
+// ProtectMonitoring asks for a token with the monitor or admin scope.
+func (s *Server) monitoring(next http.Handler) http.Handler {
+	if !s.cfg.Auth.ProtectMonitoring {
+		return next
+	}
+	return s.requireScope("monitor", func(p *principal) bool { return p.monitor || p.admin })(next)
+}
+
+// principal is a valid token, with its scopes parsed for quick checks.
+type principal struct {
+	token    allocator.Token
+	admin    bool
+	monitor  bool
+	allIDs   bool
+	tags     map[string]struct{}
+	prefixes []string
+	// limiter bounds the IDs per second of this token; nil: unlimited.
+	limiter *rate.Limiter
+}
+
+func newPrincipal(t allocator.Token) *principal {
+	p := &principal{token: t, tags: map[string]struct{}{}}
+	for _, s := range t.Scopes {
+		switch {
+		case s == "admin":
+			p.admin = true
+		case s == "monitor":
+			p.monitor = true
+		case s == "ids", s == "ids:*":
+			p.allIDs = true
+		case strings.HasPrefix(s, "ids:") && strings.HasSuffix(s, "*"):
+			p.prefixes = append(p.prefixes, s[len("ids:"):len(s)-1])
+		case strings.HasPrefix(s, "ids:"):
+			p.tags[s[len("ids:"):]] = struct{}{}
+		}
+	}
+	return p
+}
+
+// allowsTag reports whether the token may take IDs of tag.
+func (p *principal) allowsTag(tag string) bool {
+	if p.allIDs {
+		return true
+	}
+	if _, ok := p.tags[tag]; ok {
+		return true
+	}
+	for _, pre := range p.prefixes {
+		if strings.HasPrefix(tag, pre) {
+			return true
+		}
+	}
+	return false
+}
+
+// hasIDScope reports whether the token may take IDs of some tag.
+func (p *principal) hasIDScope() bool {
+	return p.allIDs || len(p.tags) > 0 || len(p.prefixes) > 0
+}
+
+// tokenSet is one read of the tokens: the valid ones by ID. byID is nil
+// when no read has succeeded yet (the last one failed at at).
+type tokenSet struct {
+	at   time.Time
+	byID map[string]*principal
+}
+
+// authenticator checks bearer tokens against an in-memory copy of the
+// token table, read again when older than refresh by the one request that
+// finds it so (the others use the copy they have).
+type authenticator struct {
+	src      TokenLister
+	refresh  time.Duration
+	timeout  time.Duration
+	now      func() time.Time
+	newLimit func() *rate.Limiter // nil: tokens are not rate limited
+
+	set atomic.Pointer[tokenSet]
+	mu  sync.Mutex // held by the request reading the tokens
+}
+
+// current returns the token set, reading it first if it is older than
+// refresh. Its byID is nil when the tokens could never be read; a failed
+// read is tried again after refresh, not at every request.
+func (a *authenticator) current(ctx context.Context) *tokenSet {
+	s := a.set.Load()
+	if s != nil && a.now().Sub(s.at) < a.refresh {
+		return s
+	}
+	if s != nil && !a.mu.TryLock() {
+		return s // another request is reading; the old copy will do
+	}
+	if s == nil {
+		a.mu.Lock() // nothing to serve from: wait for the first read
+	}
+	defer a.mu.Unlock()
+	if s2 := a.set.Load(); s2 != s && s2 != nil {
+		return s2 // read while this request waited
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.timeout)
+	defer cancel()
+	start := a.now()
+	tokens, err := a.src.ListTokens(ctx)
+	if err != nil {
+		// Keep the old copy (or none) for another interval: the store is
+		// failing, and requests must not queue on it.
+		failed := &tokenSet{at: start}
+		if s != nil {
+			failed.byID = s.byID
+		}
+		a.set.Store(failed)
+		return failed
+	}
+	next := &tokenSet{at: start, byID: make(map[string]*principal, len(tokens))}
+	for _, t := range tokens {
+		if t.RevokedAt != nil {
+			continue
+		}
+		p := newPrincipal(t)
+		if s != nil {
+			if old := s.byID[t.ID]; old != nil {
+				p.limiter = old.limiter // keep its budget across reads
+			}
+		}
+		if p.limiter == nil && a.newLimit != nil {
+			p.limiter = a.newLimit()
+		}
+		next.byID[t.ID] = p
+	}
+	a.set.Store(next)
+	return next
+}
+
+// authenticate returns the principal of r's bearer token, or the 401 (or
+// 503) to answer.
+func (a *authenticator) authenticate(r *http.Request) (*principal, *apiError) {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return nil, unauthorized("", "this route needs a bearer token: Authorization: Bearer idm_…")
+	}
+	scheme, bearer, _ := strings.Cut(h, " ")
+	if !strings.EqualFold(scheme, "Bearer") {
+		return nil, unauthorized("invalid_request", "use the Bearer scheme: Authorization: Bearer idm_…")
+	}
+	id, secret, ok := allocator.ParseToken(strings.TrimSpace(bearer))
+	if !ok {
+		return nil, unauthorized("invalid_token", "malformed bearer token")
+	}
+	if a == nil || a.src == nil {
+		return nil, unauthorized("invalid_token", "invalid or revoked bearer token")
+	}
+	set := a.current(r.Context())
+	if set == nil || set.byID == nil {
+		return nil, &apiError{status: http.StatusServiceUnavailable, code: CodeUnavailable,
+			message: "tokens cannot be checked right now: the store cannot be reached; retry later", retryAfter: defaultRetryAfter}
+	}
+	p := set.byID[id]
+	if p == nil || !p.token.Matches(secret) {
+		return nil, unauthorized("invalid_token", "invalid or revoked bearer token")
+	}
+	return p, nil
+}
+
+// Error codes of access control.
+const (
+	CodeUnauthorized = "unauthorized"
+	CodeForbidden    = "forbidden"
+)
+
+// unauthorized is a 401 with its WWW-Authenticate challenge (RFC 6750);
+// bearerErr is the challenge's error attribute, empty when no token came.
+func unauthorized(bearerErr, message string) *apiError {
+	challenge := `Bearer realm="idmint"`
+	if bearerErr != "" {
+		challenge += `, error="` + bearerErr + `"`
+	}
+	return &apiError{status: http.StatusUnauthorized, code: CodeUnauthorized, message: message, challenge: challenge}
+}
+
+func forbidden(message string) *apiError {
+	return &apiError{status: http.StatusForbidden, code: CodeForbidden, message: message}
+}
+
+type principalKey struct{}
+
+// withPrincipal returns r carrying p, for AuthorizeTag.
+func withPrincipal(r *http.Request, p *principal) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
+}
+
+// requireScope wraps the admin routes (and the monitoring routes when
+// protected): a valid token whose scopes pass ok, or 401/403.
+func (s *Server) requireScope(name string, ok func(*principal) bool) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			p, err := s.auth.authenticate(r)
+			if err != nil {
+				s.refuse(w, r, err)
+				return
+			}
+			if !ok(p) {
+				s.refuse(w, r, forbidden("this token's scopes do not include "+name))
+				return
+			}
+			next.ServeHTTP(w, withPrincipal(r, p))
+		})
+	}
+}
+
+// IDAccess wraps routes that hand out IDs. In the open mode without
+// per-address limits it returns next itself: the hot path pays nothing. In
+// the token mode it needs a valid token; a biz_tag in the query must be in
+// the token's scope (otherwise the token needs some ID scope, and the
+// handler calls AuthorizeTag once it knows the tag). IDs are charged to the
+// token's or the address's rate limit: count from the query, else 1.
+func (s *Server) IDAccess(next http.Handler) http.Handler {
+	if s.cfg.Auth.IDs != AuthToken && s.addrLimits == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		if s.cfg.Auth.IDs != AuthToken {
+			if err := s.addrLimits.charge(clientAddr(r), idsAsked(q, s.cfg.MaxCount), s.cfg.Now()); err != nil {
+				s.refuse(w, r, err)
+				return
+			}
+			next.ServeHTTP(w, r)
+			return
+		}
+		p, err := s.auth.authenticate(r)
+		if err != nil {
+			s.refuse(w, r, err)
+			return
+		}
+		if tag, ok := queryTag(q); ok {
+			if !p.allowsTag(tag) {
+				s.refuse(w, r, forbidden("this token's scopes do not cover this biz_tag"))
+				return
+			}
+		} else if !p.hasIDScope() {
+			s.refuse(w, r, forbidden("this token has no ID scope"))
+			return
+		}
+		if err := chargeToken(p, idsAsked(q, s.cfg.MaxCount), s.cfg.Now()); err != nil {
+			s.refuse(w, r, err)
+			return
+		}
+		next.ServeHTTP(w, withPrincipal(r, p))
+	})
+}
+
+// AuthorizeTag checks, for a handler behind IDAccess that learns its tag
+// from the body, that the request may take IDs of tag. It returns nil in
+// the open mode, and an error for WriteError otherwise.
+func (s *Server) AuthorizeTag(r *http.Request, tag string) error {
+	if s.cfg.Auth.IDs != AuthToken {
+		return nil
+	}
+	p, _ := r.Context().Value(principalKey{}).(*principal)
+	if p == nil {
+		return unauthorized("", "this route needs a bearer token: Authorization: Bearer idm_…")
+	}
+	if !p.allowsTag(tag) {
+		return forbidden("this token's scopes do not cover this biz_tag")
+	}
+	return nil
+}
+
+// WriteError writes err as idmint's JSON error, with the status it maps to.
+func (s *Server) WriteError(w http.ResponseWriter, r *http.Request, err error) {
+	writeError(w, r, s.cfg.Logger, err)
+}
+
+// queryTag returns the query's biz_tag when the handler will accept it:
+// given once and valid. Otherwise the handler answers 400 on its own.
+func queryTag(q url.Values) (string, bool) {
+	vals := q["biz_tag"]
+	if len(vals) != 1 || allocator.ValidateTag(vals[0]) != nil {
+		return "", false
+	}
+	return vals[0], true
+}
+
+// idsAsked is how many IDs a request asks for, for the rate limits: a valid
+// count, at most limit; 1 otherwise.
+func idsAsked(q url.Values, limit int) int {
+	if vals := q["count"]; len(vals) == 1 {
+		if n, err := strconv.Atoi(vals[0]); err == nil && n >= 1 {
+			return min(n, limit)
+		}
+	}
+	return 1
+}

@@ -1,0 +1,302 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/httpapi"
+	"github.com/idmint/idmint/internal/pgtest"
+	"github.com/idmint/idmint/migrations"
+	"github.com/idmint/idmint/segment"
+)
+
+// adminStore is a store with tags and tokens: Postgres or SQLite.
+type adminStore interface {
+	allocator.Store
+	allocator.Admin
+	allocator.TokenStore
+}
+
+// stores returns a migrated PostgreSQL database and a migrated SQLite file,
+// each with the tags given (name → step).
+func stores(t *testing.T) map[string]func(t *testing.T) adminStore {
+	return map[string]func(t *testing.T) adminStore{
+		"postgres": func(t *testing.T) adminStore {
+			ctx := context.Background()
+			pg, err := allocator.OpenPostgres(ctx, pgtest.Shared(t).NewDatabase(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pg.Close)
+			db := stdlib.OpenDBFromPool(pg.Pool())
+			defer db.Close()
+			if _, err := migrations.Up(ctx, db, migrations.PostgreSQL, nil); err != nil {
+				t.Fatal(err)
+			}
+			return pg
+		},
+		"sqlite": func(t *testing.T) adminStore {
+			ctx := context.Background()
+			s, err := allocator.OpenSQLite(ctx, filepath.Join(t.TempDir(), "idmint.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			if _, err := migrations.Up(ctx, s.DB(), migrations.SQLite, nil); err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+	}
+}
+
+// tokenInstance is idmint over store with the access control of auth.
+type tokenInstance struct {
+	srv     *httptest.Server
+	store   adminStore
+	metrics *httpapi.Metrics
+}
+
+func newTokenInstance(t *testing.T, store adminStore, auth httpapi.AuthConfig, limits httpapi.Limits) *tokenInstance {
+	t.Helper()
+	metrics := httpapi.NewMetrics()
+	a := allocator.New(allocator.Config{
+		Store: store, Instance: "auth", Logger: quiet(), CatalogInterval: 100 * time.Millisecond,
+		Segment: segment.Config{LoadTimeout: 5 * time.Second, WaitTimeout: 5 * time.Second, OnLoad: metrics.ObserveLoad},
+	})
+	t.Cleanup(func() { a.Close(context.Background()) })
+	auth.Tokens = store
+	auth.Refresh = 50 * time.Millisecond
+	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{
+		Allocator: a, Instance: "auth", Logger: quiet(), Metrics: metrics, MaxCount: 1000,
+		Auth: auth, Limits: limits, Admin: store,
+	})))
+	t.Cleanup(srv.Close)
+	return &tokenInstance{srv: srv, store: store, metrics: metrics}
+}
+
+// token creates a token with scopes and returns its bearer string.
+func token(t *testing.T, store allocator.TokenStore, name string, scopes ...string) (allocator.Token, string) {
+	t.Helper()
+	tok, bearer, err := allocator.NewToken(name, scopes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok, err = store.CreateToken(context.Background(), tok); err != nil {
+		t.Fatal(err)
+	}
+	return tok, bearer
+}
+
+// do sends a request with an optional bearer token and JSON body.
+func do(t *testing.T, srv *httptest.Server, method, path, bearer string, body any) (int, http.Header, []byte) {
+	t.Helper()
+	var rd *bytes.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	} else {
+		rd = bytes.NewReader(nil)
+	}
+	req, err := http.NewRequest(method, srv.URL+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out bytes.Buffer
+	out.ReadFrom(resp.Body)
+	return resp.StatusCode, resp.Header, out.Bytes()
+}
+
+// TestAuth_Scopes: in the token mode, every route answers 401 with a
+// challenge to a missing, malformed, unknown, wrong or revoked token, 403
+// to a token outside its scope, and serves a token inside it; on
+// PostgreSQL and SQLite.
+func TestAuth_Scopes(t *testing.T) {
+	for name, open := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			store := open(t)
+			for _, tag := range []string{"order", "orderline", "user"} {
+				if _, err := store.CreateTag(context.Background(), allocator.TagSpec{Name: tag, Step: 10}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p := newTokenInstance(t, store, httpapi.AuthConfig{IDs: httpapi.AuthToken, ProtectMonitoring: true}, httpapi.Limits{})
+			_, admin := token(t, store, "ops", "admin")
+			_, all := token(t, store, "all-ids", "ids")
+			_, order := token(t, store, "order-only", "ids:order")
+			_, prefix := token(t, store, "order-prefix", "ids:order*")
+			_, monitor := token(t, store, "prometheus", "monitor")
+			revokedTok, revoked := token(t, store, "gone", "ids", "admin")
+			if _, err := store.RevokeToken(context.Background(), revokedTok.ID); err != nil {
+				t.Fatal(err)
+			}
+			// Same ID, another secret.
+			wrong := revoked[:len(revoked)-4] + "AAAA"
+			_, other := token(t, store, "other", "ids")
+			wrongSecret := other[:len(other)-4] + "AAAA"
+			if wrongSecret == other {
+				wrongSecret = other[:len(other)-4] + "BBBB"
+			}
+
+			tests := []struct {
+				name, method, path, bearer string
+				status                     int
+				code                       string
+			}{
+				{"no token", "GET", "/id?biz_tag=order", "", 401, httpapi.CodeUnauthorized},
+				{"malformed", "GET", "/id?biz_tag=order", "hello", 401, httpapi.CodeUnauthorized},
+				{"unknown", "GET", "/id?biz_tag=order", "idm_aaaaaaaaaaaaaaaa_" + strings.Repeat("x", 43), 401, httpapi.CodeUnauthorized},
+				{"wrong secret", "GET", "/id?biz_tag=order", wrongSecret, 401, httpapi.CodeUnauthorized},
+				{"revoked", "GET", "/id?biz_tag=order", revoked, 401, httpapi.CodeUnauthorized},
+				{"revoked other secret", "GET", "/id?biz_tag=order", wrong, 401, httpapi.CodeUnauthorized},
+				{"all ids", "GET", "/id?biz_tag=user", all, 200, ""},
+				{"named tag", "GET", "/ids?biz_tag=order&count=3", order, 200, ""},
+				{"named tag, other tag", "GET", "/id?biz_tag=orderline", order, 403, httpapi.CodeForbidden},
+				{"named tag, encoded other tag", "GET", "/id?biz_tag=%75ser", order, 403, httpapi.CodeForbidden},
+				{"prefix", "GET", "/id?biz_tag=orderline", prefix, 200, ""},
+				{"prefix, other tag", "GET", "/id?biz_tag=user", prefix, 403, httpapi.CodeForbidden},
+				{"named tag, tag twice", "GET", "/id?biz_tag=order&biz_tag=user", order, 400, httpapi.CodeInvalidTag},
+				{"admin is not ids", "GET", "/id?biz_tag=order", admin, 403, httpapi.CodeForbidden},
+				{"monitor is not ids", "GET", "/id?biz_tag=order", monitor, 403, httpapi.CodeForbidden},
+				{"admin without token", "GET", "/v1/tags", "", 401, httpapi.CodeUnauthorized},
+				{"admin with ids", "GET", "/v1/tags", all, 403, httpapi.CodeForbidden},
+				{"admin", "GET", "/v1/tags", admin, 200, ""},
+				{"health without token", "GET", "/id/health", "", 401, httpapi.CodeUnauthorized},
+				{"health with ids", "GET", "/id/health", all, 403, httpapi.CodeForbidden},
+				{"health with monitor", "GET", "/id/health", monitor, 200, ""},
+				{"metrics with monitor", "GET", "/metrics", monitor, 200, ""},
+				{"metrics with admin", "GET", "/metrics", admin, 200, ""},
+				{"metrics without token", "GET", "/metrics", "", 401, httpapi.CodeUnauthorized},
+				{"openapi is open", "GET", "/openapi.yaml", "", 200, ""},
+			}
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					status, hdr, body := do(t, p.srv, tt.method, tt.path, tt.bearer, nil)
+					if status != tt.status {
+						t.Fatalf("status %d, want %d: %s", status, tt.status, body)
+					}
+					if tt.code != "" {
+						if code := errorCode(t, body); code != tt.code {
+							t.Fatalf("code %q, want %q", code, tt.code)
+						}
+					}
+					if c := hdr.Get("WWW-Authenticate"); (status == 401) != strings.HasPrefix(c, "Bearer ") {
+						t.Fatalf("status %d with WWW-Authenticate %q", status, c)
+					}
+					if len(tt.bearer) > 20 && strings.Contains(string(body), tt.bearer[20:]) {
+						t.Fatalf("reply echoes the token: %s", body)
+					}
+				})
+			}
+
+			// A revocation takes effect without a restart.
+			tok, bearer := token(t, store, "soon-gone", "ids")
+			eventually(t, "new token accepted", func() bool {
+				s, _, _ := do(t, p.srv, "GET", "/id?biz_tag=order", bearer, nil)
+				return s == 200
+			})
+			if _, err := store.RevokeToken(context.Background(), tok.ID); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "revoked token refused", func() bool {
+				s, _, _ := do(t, p.srv, "GET", "/id?biz_tag=order", bearer, nil)
+				return s == 401
+			})
+			if _, err := store.RevokeToken(context.Background(), "aaaaaaaaaaaaaaaa"); !errors.Is(err, allocator.ErrUnknownToken) {
+				t.Fatalf("revoke unknown: %v", err)
+			}
+			tokens, err := store.ListTokens(context.Background())
+			if err != nil || len(tokens) != 8 {
+				t.Fatalf("ListTokens = %d tokens, %v; want 8", len(tokens), err)
+			}
+			for _, tk := range tokens {
+				if len(tk.Hash) != 32 || tk.CreatedAt.IsZero() {
+					t.Fatalf("stored token %+v", tk)
+				}
+			}
+		})
+	}
+}
+
+// failingTokens is a token store that cannot be reached.
+type failingTokens struct{ calls atomic.Int64 }
+
+func (f *failingTokens) ListTokens(context.Context) ([]allocator.Token, error) {
+	f.calls.Add(1)
+	return nil, errors.New("dial tcp 10.0.0.9:5432: connect: connection refused")
+}
+
+// TestAuth_TokensUnreadable: when the tokens cannot be read, a request with
+// a token is a 503 with Retry-After (not a 401 that would make a client
+// drop a good token), and the store is asked once per refresh interval,
+// not once per request.
+func TestAuth_TokensUnreadable(t *testing.T) {
+	m := allocator.NewMemStore()
+	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order"}); err != nil {
+		t.Fatal(err)
+	}
+	a := allocator.New(allocator.Config{Store: m, Logger: quiet()})
+	t.Cleanup(func() { a.Close(context.Background()) })
+	tokens := &failingTokens{}
+	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(),
+		Auth: httpapi.AuthConfig{Tokens: tokens, IDs: httpapi.AuthToken, Refresh: time.Hour}})))
+	t.Cleanup(srv.Close)
+	_, bearer, _ := allocator.NewToken("x", []string{"ids"})
+	for range 50 {
+		s, hdr, body := do(t, srv, "GET", "/id?biz_tag=order", bearer, nil)
+		if s != 503 || hdr.Get("Retry-After") == "" || errorCode(t, body) != httpapi.CodeUnavailable || strings.Contains(string(body), "10.0.0.9") {
+			t.Fatalf("%d %s", s, body)
+		}
+	}
+	if n := tokens.calls.Load(); n != 1 {
+		t.Fatalf("50 requests read the tokens %d times, want 1", n)
+	}
+}
+
+// TestAuth_Segments: in the token mode, POST /v1/segments needs a token
+// whose scope covers the body's tag.
+func TestAuth_Segments(t *testing.T) {
+	store := stores(t)["sqlite"](t)
+	for _, tag := range []string{"order", "user"} {
+		if _, err := store.CreateTag(context.Background(), allocator.TagSpec{Name: tag, Step: 10}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := newTokenInstance(t, store, httpapi.AuthConfig{IDs: httpapi.AuthToken}, httpapi.Limits{})
+	_, order := token(t, store, "order-only", "ids:order")
+	body := func(tag string) map[string]any {
+		return map[string]any{"biz_tag": tag, "request_id": "0197a3b2-7c4d-7e5f-8a9b-0c1d2e3f4a5b", "size": 10}
+	}
+	if s, _, b := do(t, p.srv, "POST", "/v1/segments", "", body("order")); s != 401 {
+		t.Fatalf("no token: %d %s", s, b)
+	}
+	if s, _, b := do(t, p.srv, "POST", "/v1/segments", order, body("user")); s != 403 || errorCode(t, b) != httpapi.CodeForbidden {
+		t.Fatalf("other tag: %d %s", s, b)
+	}
+	if s, _, b := do(t, p.srv, "POST", "/v1/segments", order, body("order")); s != 200 {
+		t.Fatalf("own tag: %d %s", s, b)
+	}
+}

@@ -1,0 +1,49 @@
+package httpapi_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/httpapi"
+)
+
+// BenchmarkAccess_ID measures GET /id through the handler alone (no
+// network) in the open mode, which must add nothing to the hot path, and in
+// the token mode with and without a per-token limit: the cost of checking a
+// token (a map lookup and a SHA-256) and of charging its limiter.
+func BenchmarkAccess_ID(b *testing.B) {
+	for _, bc := range []struct {
+		name  string
+		auth  httpapi.AuthMode
+		limit float64
+	}{{"open", httpapi.AuthOpen, 0}, {"token", httpapi.AuthToken, 0}, {"token+limit", httpapi.AuthToken, 1e12}} {
+		b.Run(bc.name, func(b *testing.B) {
+			m := allocator.NewMemStore()
+			if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: 1_000_000}); err != nil {
+				b.Fatal(err)
+			}
+			tok, bearer, _ := allocator.NewToken("bench", []string{"ids:order"})
+			if _, err := m.CreateToken(context.Background(), tok); err != nil {
+				b.Fatal(err)
+			}
+			a := allocator.New(allocator.Config{Store: m, Logger: quiet()})
+			defer a.Close(context.Background())
+			h := httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(),
+				Auth: httpapi.AuthConfig{Tokens: m, IDs: bc.auth}, Limits: httpapi.Limits{IDsPerSecondPerToken: bc.limit}})
+			req := httptest.NewRequest(http.MethodGet, "/id?biz_tag=order", nil)
+			req.Header.Set("Authorization", "Bearer "+bearer)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+				if rec.Code != 200 {
+					b.Fatalf("status %d: %s", rec.Code, rec.Body)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,71 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/httpapi"
+)
+
+// FuzzAuth sends arbitrary Authorization headers and queries to the token
+// mode: no panic, always a JSON reply, and an ID only for the one valid
+// token within its scope.
+func FuzzAuth(f *testing.F) {
+	m := allocator.NewMemStore()
+	for _, tag := range []string{"order", "user"} {
+		if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: tag, Step: 100}); err != nil {
+			f.Fatal(err)
+		}
+	}
+	tok, bearer, err := allocator.NewToken("fuzz", []string{"ids:order"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	if _, err := m.CreateToken(context.Background(), tok); err != nil {
+		f.Fatal(err)
+	}
+	a := allocator.New(allocator.Config{Store: m, Logger: quiet()})
+	f.Cleanup(func() { a.Close(context.Background()) })
+	h := httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), MaxCount: 10,
+		Auth: httpapi.AuthConfig{Tokens: m, IDs: httpapi.AuthToken}, Admin: m,
+		Limits: httpapi.Limits{IDsPerSecondPerToken: 1e9}})
+	for _, seed := range []struct{ auth, query string }{
+		{"Bearer " + bearer, "biz_tag=order"}, {"Bearer " + bearer, "biz_tag=user"}, {"bearer " + bearer, "biz_tag=order&count=3"},
+		{"Basic " + bearer, "biz_tag=order"}, {"Bearer", ""}, {"Bearer " + bearer[:20], "biz_tag=order"}, {"", "biz_tag=order"},
+		{"Bearer " + bearer, "biz_tag=%6Frder"}, {"Bearer " + bearer, "biz_tag=order&biz_tag=user"}, {"Bearer " + bearer, "biz_tag=user;x"},
+	} {
+		f.Add(seed.auth, seed.query)
+	}
+	f.Fuzz(func(t *testing.T, auth, query string) {
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
+		req.URL.Path, req.URL.RawQuery = "/ids", query
+		if len(query) < 3 || query[0]%2 == 0 {
+			req.URL.Path = "/id"
+		}
+		req.Header.Set("Authorization", auth)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if !json.Valid(rec.Body.Bytes()) {
+			t.Fatalf("not JSON: %q", rec.Body)
+		}
+		if rec.Code == http.StatusOK {
+			var got struct {
+				Tag string `json:"biz_tag"`
+			}
+			json.Unmarshal(rec.Body.Bytes(), &got)
+			_, cred, _ := strings.Cut(auth, " ")
+			_, secret, ok := allocator.ParseToken(strings.TrimSpace(cred))
+			if !ok || !tok.Matches(secret) || got.Tag != "order" {
+				t.Fatalf("served %q to Authorization %q, query %q", got.Tag, auth, query)
+			}
+		}
+		if rec.Code == http.StatusUnauthorized && rec.Header().Get("WWW-Authenticate") == "" {
+			t.Fatal("401 without WWW-Authenticate")
+		}
+	})
+}

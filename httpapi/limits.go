@@ -1,0 +1,230 @@
+package httpapi
+
+import (
+	"math"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+)
+
+// Limits bounds what one client can cost. Zero fields take the defaults
+// named; rate limits are off unless set.
+type Limits struct {
+	// IDsPerSecondPerToken bounds the IDs each token takes per second, in
+	// the token mode (0: unlimited). /ids counts its count, not 1.
+	IDsPerSecondPerToken float64
+	// IDsPerSecondPerAddress bounds the IDs each client address takes per
+	// second, in the open mode (0: unlimited, the default: behind a proxy
+	// every client has the proxy's address).
+	IDsPerSecondPerAddress float64
+	// MaxAddresses bounds the addresses tracked (default 10,000); when it
+	// is full, idle ones are dropped and new ones share one budget.
+	MaxAddresses int
+	// MaxQueryBytes bounds a request's query string (default 2048): 414.
+	MaxQueryBytes int
+	// MaxBodyBytes bounds a request body (default 64 KiB): 413.
+	MaxBodyBytes int64
+	// ReadHeaderTimeout (default 5s) and ReadTimeout (default 10s) bound
+	// reading a request's header and the whole request: a client that
+	// sends slowly is disconnected. WriteTimeout (default RequestTimeout +
+	// 5s) bounds a reply; IdleTimeout (default 2m) a kept-alive connection;
+	// MaxHeaderBytes (default 16 KiB) the header, request line included.
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	MaxHeaderBytes                                            int
+}
+
+func (l *Limits) setDefaults(requestTimeout time.Duration) {
+	if l.MaxAddresses <= 0 {
+		l.MaxAddresses = 10_000
+	}
+	if l.MaxQueryBytes <= 0 {
+		l.MaxQueryBytes = 2048
+	}
+	if l.MaxBodyBytes <= 0 {
+		l.MaxBodyBytes = 64 << 10
+	}
+	if l.ReadHeaderTimeout <= 0 {
+		l.ReadHeaderTimeout = 5 * time.Second
+	}
+	if l.ReadTimeout <= 0 {
+		l.ReadTimeout = 10 * time.Second
+	}
+	if l.WriteTimeout <= 0 {
+		l.WriteTimeout = requestTimeout + 5*time.Second
+	}
+	if l.IdleTimeout <= 0 {
+		l.IdleTimeout = 2 * time.Minute
+	}
+	if l.MaxHeaderBytes <= 0 {
+		l.MaxHeaderBytes = 16 << 10
+	}
+}
+
+// HTTPServer returns an http.Server for s with the timeouts and header cap
+// of its Limits. Its ErrorLog is the caller's to set.
+func (s *Server) HTTPServer() *http.Server {
+	l := s.cfg.Limits
+	return &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: l.ReadHeaderTimeout,
+		ReadTimeout:       l.ReadTimeout,
+		WriteTimeout:      l.WriteTimeout,
+		IdleTimeout:       l.IdleTimeout,
+		MaxHeaderBytes:    l.MaxHeaderBytes,
+	}
+}
+
+// Error codes of the limits.
+const (
+	CodeRateLimited  = "rate_limited"
+	CodeQueryTooLong = "query_too_long"
+	CodeBodyTooLarge = "body_too_large"
+	CodeInvalidJSON  = "invalid_json"
+)
+
+// limitRequest refuses a query or a declared body over the limits, before
+// anything reads them. It costs two comparisons.
+func (s *Server) limitRequest(next http.Handler) http.Handler {
+	maxQuery, maxBody := s.cfg.Limits.MaxQueryBytes, s.cfg.Limits.MaxBodyBytes
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(r.URL.RawQuery) > maxQuery {
+			s.refuse(w, r, &apiError{status: http.StatusRequestURITooLong, code: CodeQueryTooLong,
+				message: "query string too long"})
+			return
+		}
+		if r.ContentLength > maxBody {
+			s.refuse(w, r, &apiError{status: http.StatusRequestEntityTooLarge, code: CodeBodyTooLarge,
+				message: "request body too large"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// refuse answers a request turned away by access control or a limit, and
+// counts it in idmint_http_refused_total by code.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, e *apiError) {
+	s.cfg.Metrics.refusedCounter().WithLabelValues(e.code).Inc()
+	writeError(w, r, s.cfg.Logger, e)
+}
+
+// refusedCounter returns idmint_http_refused_total, registering it on
+// first use.
+func (m *Metrics) refusedCounter() *prometheus.CounterVec {
+	m.refusedOnce.Do(func() {
+		m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idmint_http_refused_total",
+			Help: "Requests refused by access control or a limit, by error code (unauthorized, forbidden, rate_limited, query_too_long, body_too_large).",
+		}, []string{"code"})
+		for _, c := range []string{CodeUnauthorized, CodeForbidden, CodeRateLimited, CodeQueryTooLong, CodeBodyTooLarge} {
+			m.refused.WithLabelValues(c)
+		}
+		m.reg.MustRegister(m.refused)
+	})
+	return m.refused
+}
+
+// newLimiter returns a limiter of perSecond IDs whose burst admits one
+// request of the largest count.
+func newLimiter(perSecond float64, maxCount int) *rate.Limiter {
+	return rate.NewLimiter(rate.Limit(perSecond), max(int(math.Ceil(perSecond)), maxCount))
+}
+
+// take charges n IDs to l, or returns the 429 to answer, with the wait in
+// Retry-After. A refused request is not charged.
+func take(l *rate.Limiter, n int, now time.Time) *apiError {
+	res := l.ReserveN(now, n)
+	if res.OK() {
+		d := res.DelayFrom(now)
+		if d == 0 {
+			return nil
+		}
+		res.CancelAt(now)
+		return rateLimited(d)
+	}
+	return rateLimited(time.Second)
+}
+
+func rateLimited(wait time.Duration) *apiError {
+	return &apiError{status: http.StatusTooManyRequests, code: CodeRateLimited,
+		message: "too many ids asked for; retry after the time in Retry-After", retryAfter: max(wait, time.Second)}
+}
+
+// chargeToken charges n IDs to p's limiter, if it has one.
+func chargeToken(p *principal, n int, now time.Time) *apiError {
+	if p.limiter == nil {
+		return nil
+	}
+	return take(p.limiter, n, now)
+}
+
+// addrLimits holds one limiter per client address, at most max of them.
+// When full, limiters that are idle (their budget full again) are dropped,
+// which loses nothing; if none is idle, new addresses share one limiter.
+// Cycling addresses thus cannot reset a busy address's budget.
+type addrLimits struct {
+	perSecond float64
+	maxCount  int
+	max       int
+
+	mu       sync.Mutex // protects byAddr
+	byAddr   map[string]*rate.Limiter
+	overflow *rate.Limiter
+}
+
+func newAddrLimits(perSecond float64, maxCount, maxAddrs int) *addrLimits {
+	if perSecond <= 0 {
+		return nil
+	}
+	return &addrLimits{perSecond: perSecond, maxCount: maxCount, max: maxAddrs,
+		byAddr: map[string]*rate.Limiter{}, overflow: newLimiter(perSecond, maxCount)}
+}
+
+func (a *addrLimits) charge(addr string, n int, now time.Time) *apiError {
+	return take(a.limiter(addr, now), n, now)
+}
+
+func (a *addrLimits) limiter(addr string, now time.Time) *rate.Limiter {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if l := a.byAddr[addr]; l != nil {
+		return l
+	}
+	if len(a.byAddr) >= a.max {
+		for k, l := range a.byAddr {
+			if l.TokensAt(now) >= float64(l.Burst()) {
+				delete(a.byAddr, k)
+			}
+		}
+	}
+	if len(a.byAddr) >= a.max {
+		return a.overflow
+	}
+	l := newLimiter(a.perSecond, a.maxCount)
+	a.byAddr[addr] = l
+	return l
+}
+
+// clientAddr is the request's peer address without the port. Forwarded
+// headers are not trusted: put idmint behind a proxy and the proxy's address
+// is the client's.
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// truncate shortens s to at most n bytes for errors and logs, marking the
+// cut: a request can never make a reply or a log line large.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…(truncated)"
+}

@@ -1,0 +1,184 @@
+package httpapi_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/httpapi"
+	"github.com/idmint/idmint/segment"
+)
+
+// limitedServer serves the API over a MemStore with the limits and auth
+// given, through HTTPServer, on loopback.
+func limitedServer(t *testing.T, auth httpapi.AuthConfig, limits httpapi.Limits) (*httpapi.Server, string, *allocator.MemStore) {
+	t.Helper()
+	m := allocator.NewMemStore()
+	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	a := allocator.New(allocator.Config{Store: m, Logger: quiet(), Segment: segment.Config{WaitTimeout: 5 * time.Second}})
+	t.Cleanup(func() { a.Close(context.Background()) })
+	auth.Tokens = m
+	api := httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), MaxCount: 100, Auth: auth, Limits: limits, Admin: m})
+	srv := api.HTTPServer()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return api, "http://" + ln.Addr().String(), m
+}
+
+func getWith(t *testing.T, url, bearer string) (int, http.Header, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, body
+}
+
+// refused reads idmint_http_refused_total{code} from /metrics.
+func refused(t *testing.T, base, code string) int {
+	t.Helper()
+	_, _, body := getWith(t, base+"/metrics", "")
+	for line := range strings.Lines(string(body)) {
+		if rest, ok := strings.CutPrefix(line, `idmint_http_refused_total{code="`+code+`"} `); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(rest))
+			return n
+		}
+	}
+	t.Fatalf("no idmint_http_refused_total for %s in /metrics", code)
+	return 0
+}
+
+// TestLimits_SlowClients: a request whose body or header trickles in is cut
+// off by the server's read timeouts instead of holding a connection.
+func TestLimits_SlowClients(t *testing.T) {
+	_, base, _ := limitedServer(t, httpapi.AuthConfig{}, httpapi.Limits{ReadHeaderTimeout: 300 * time.Millisecond, ReadTimeout: 500 * time.Millisecond})
+	addr := strings.TrimPrefix(base, "http://")
+	for name, send := range map[string]string{
+		"slow body":   "GET /id?biz_tag=order HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\na",
+		"slow header": "GET /id?biz_tag=order HTTP/1.1\r\nHost: x\r\nX-Slow: ",
+	} {
+		t.Run(name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := io.WriteString(conn, send); err != nil {
+				t.Fatal(err)
+			}
+			// The client sends nothing more. The server must close the
+			// connection; the deadline only bounds a failing test.
+			conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+			_, err = io.Copy(io.Discard, conn)
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Fatal("the server kept a slow client's connection open for 20s")
+			}
+		})
+	}
+}
+
+// TestLimits_Inputs: oversized queries and bodies are refused with JSON
+// errors, counted in /metrics, and an invalid input is echoed truncated.
+func TestLimits_Inputs(t *testing.T) {
+	_, base, _ := limitedServer(t, httpapi.AuthConfig{}, httpapi.Limits{})
+	s, _, body := getWith(t, base+"/id?biz_tag="+strings.Repeat("a", 5000), "")
+	if s != 414 || errorCode(t, body) != httpapi.CodeQueryTooLong || len(body) > 200 {
+		t.Fatalf("long query: %d %.200s", s, body)
+	}
+	s, _, body = getWith(t, base+"/id?biz_tag="+strings.Repeat("é", 900), "")
+	if s != 400 || errorCode(t, body) != httpapi.CodeInvalidTag || len(body) > 400 {
+		t.Fatalf("long invalid tag: %d, %d bytes: %.300s", s, len(body), body)
+	}
+	req, _ := http.NewRequest("POST", base+"/v1/tags", strings.NewReader(strings.Repeat(" ", 70<<10)))
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 413 || errorCode(t, body) != httpapi.CodeBodyTooLarge {
+		t.Fatalf("large body: %d %s", resp.StatusCode, body)
+	}
+	if n := refused(t, base, httpapi.CodeQueryTooLong); n != 1 {
+		t.Fatalf("query_too_long counted %d times, want 1", n)
+	}
+	if n := refused(t, base, httpapi.CodeBodyTooLarge); n != 1 {
+		t.Fatalf("body_too_large counted %d times, want 1", n)
+	}
+	// A header past MaxHeaderBytes is cut by net/http itself (431).
+	s, _, _ = getWith(t, base+"/id?biz_tag=order&x="+strings.Repeat("a", 1000), "")
+	if s != 200 {
+		t.Fatalf("a 1 KB query: %d", s)
+	}
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /id?biz_tag=order HTTP/1.1\r\nHost: x\r\nX-Big: %s\r\n\r\n", strings.Repeat("a", 1<<20))
+	conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	line, _ := bufio.NewReader(conn).ReadString('\n')
+	if !strings.Contains(line, "431") {
+		t.Fatalf("1 MB header: %q, want 431", line)
+	}
+}
+
+// TestLimits_RateByIDs: per-token and per-address limits count IDs, not
+// requests; a refused request gets 429 with Retry-After, shows in
+// /metrics, and costs the other tokens nothing.
+func TestLimits_RateByIDs(t *testing.T) {
+	t.Run("per token", func(t *testing.T) {
+		_, base, m := limitedServer(t, httpapi.AuthConfig{IDs: httpapi.AuthToken}, httpapi.Limits{IDsPerSecondPerToken: 10})
+		_, greedy := token(t, m, "greedy", "ids")
+		_, modest := token(t, m, "modest", "ids")
+		// The burst admits one request of the largest count (100).
+		if s, _, body := getWith(t, base+"/ids?biz_tag=order&count=100", greedy); s != 200 {
+			t.Fatalf("first batch: %d %s", s, body)
+		}
+		s, hdr, body := getWith(t, base+"/ids?biz_tag=order&count=100", greedy)
+		if s != 429 || errorCode(t, body) != httpapi.CodeRateLimited {
+			t.Fatalf("second batch: %d %s", s, body)
+		}
+		if ra, err := strconv.Atoi(hdr.Get("Retry-After")); err != nil || ra < 1 || ra > 11 {
+			t.Fatalf("Retry-After %q: want the seconds until 100 ids at 10/s", hdr.Get("Retry-After"))
+		}
+		if s, _, _ := getWith(t, base+"/id?biz_tag=order", greedy); s != 429 {
+			t.Fatalf("single id after the budget is spent: %d", s)
+		}
+		if s, _, body := getWith(t, base+"/ids?biz_tag=order&count=100", modest); s != 200 {
+			t.Fatalf("another token: %d %s", s, body)
+		}
+		if n := refused(t, base, httpapi.CodeRateLimited); n != 2 {
+			t.Fatalf("rate_limited counted %d, want 2", n)
+		}
+	})
+	t.Run("per address in the open mode", func(t *testing.T) {
+		_, base, _ := limitedServer(t, httpapi.AuthConfig{}, httpapi.Limits{IDsPerSecondPerAddress: 10})
+		if s, _, _ := getWith(t, base+"/ids?biz_tag=order&count=100", ""); s != 200 {
+			t.Fatalf("first batch: %d", s)
+		}
+		if s, hdr, _ := getWith(t, base+"/ids?biz_tag=order&count=50", ""); s != 429 || hdr.Get("Retry-After") == "" {
+			t.Fatalf("second batch: %d", s)
+		}
+	})
+}
