@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
+	"testing"
 	"time"
 
 	"github.com/moby/moby/api/types/container"
@@ -15,6 +18,7 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/modules/postgres"
+	tcnetwork "github.com/testcontainers/testcontainers-go/network"
 )
 
 // Labels on the containers pgtest starts, so that a later run can remove
@@ -24,9 +28,10 @@ const (
 	labelOwnerHost = "org.idmint.pgtest.owner-host"
 )
 
-// docker is a PostgreSQL container from testcontainers' postgres module.
+// docker is a PostgreSQL container: from testcontainers' postgres module for
+// a single server, a generic one for a replication pair.
 type docker struct {
-	c *postgres.PostgresContainer
+	c testcontainers.Container
 }
 
 // loopbackOnly makes testcontainers talk to containers on 127.0.0.1 (where
@@ -181,4 +186,105 @@ func reapDocker(ctx context.Context) {
 			fmt.Fprintf(os.Stderr, "pgtest: removing leftover container %s: %v\n", c.ID, rmErr)
 		}
 	}
+}
+
+// startDockerReplication runs a primary and a standby container on a new
+// private network; the standby clones the primary (pg_basebackup -R over
+// the network alias "primary") on its first start.
+func startDockerReplication(ctx context.Context, tb testing.TB) (*Replication, error) {
+	loopbackOnly()
+	reapDocker(ctx)
+	image := os.Getenv(envImage)
+	if image == "" {
+		image = defaultImage
+	}
+	nw, err := tcnetwork.New(ctx, tcnetwork.WithLabels(ownerLabels()))
+	if err != nil {
+		return nil, fmt.Errorf("docker network: %w", err)
+	}
+	r := &Replication{userinfo: "postgres:postgres"}
+	r.register(tb, func(ctx context.Context) error { return nw.Remove(ctx) })
+
+	env := testcontainers.WithEnv(map[string]string{"POSTGRES_PASSWORD": "postgres"})
+	if r.Primary, err = runDocker(ctx, image, env,
+		tcnetwork.WithNetwork([]string{"primary"}, nw),
+		testcontainers.WithFiles(testcontainers.ContainerFile{
+			Reader: strings.NewReader(primaryInitScript), ContainerFilePath: "/docker-entrypoint-initdb.d/replication.sh", FileMode: 0o755,
+		}),
+		testcontainers.WithCmd("postgres", "-c", "max_connections="+maxConnections),
+	); err != nil {
+		return nil, fmt.Errorf("primary from image %s: %w", image, err)
+	}
+	if r.Standby, err = runDocker(ctx, image, env,
+		tcnetwork.WithNetwork([]string{"standby"}, nw),
+		testcontainers.WithFiles(testcontainers.ContainerFile{
+			Reader: strings.NewReader(standbyScript), ContainerFilePath: scriptPath, FileMode: 0o755,
+		}),
+		testcontainers.WithEntrypoint("/bin/sh", scriptPath),
+		testcontainers.WithCmd("-c", "max_connections="+maxConnections),
+	); err != nil {
+		return nil, fmt.Errorf("standby from image %s: %w", image, err)
+	}
+	return r, nil
+}
+
+// runDocker runs a container with its port 5432 published on 127.0.0.1 at a
+// host port chosen here, and waits until it answers a query.
+func runDocker(ctx context.Context, image string, opts ...testcontainers.ContainerCustomizer) (*Server, error) {
+	var (
+		c    *testcontainers.DockerContainer
+		port int
+		err  error
+	)
+	for attempt := 1; ; attempt++ {
+		if port, err = freePort(); err != nil {
+			return nil, err
+		}
+		binding := network.PortMap{
+			network.MustParsePort("5432/tcp"): {{HostIP: netip.MustParseAddr("127.0.0.1"), HostPort: strconv.Itoa(port)}},
+		}
+		all := append([]testcontainers.ContainerCustomizer{
+			testcontainers.WithExposedPorts("5432/tcp"),
+			testcontainers.WithLabels(ownerLabels()),
+			testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) { hc.PortBindings = binding }),
+		}, opts...)
+		c, err = testcontainers.Run(ctx, image, all...)
+		if err == nil {
+			break
+		}
+		if c != nil {
+			_ = testcontainers.TerminateContainer(c)
+		}
+		if attempt == 3 || ctx.Err() != nil || !portTaken(err) {
+			return nil, err
+		}
+	}
+	s := &Server{
+		kind:    KindTestcontainers,
+		url:     fmt.Sprintf("postgres://postgres:postgres@127.0.0.1:%d/postgres?sslmode=disable", port),
+		backend: &docker{c: c},
+	}
+	if err := waitReady(ctx, s.url); err != nil {
+		_ = testcontainers.TerminateContainer(c)
+		return nil, err
+	}
+	return s, nil
+}
+
+// ownerLabels mark a container or network as this process's, for reapDocker.
+func ownerLabels() map[string]string {
+	host, _ := os.Hostname()
+	return map[string]string{labelOwnerPID: strconv.Itoa(os.Getpid()), labelOwnerHost: host}
+}
+
+func (d *docker) signal(ctx context.Context, pid int, sig syscall.Signal) error {
+	code, out, err := d.c.Exec(ctx, []string{"sh", "-c", fmt.Sprintf("kill -%d %d", int(sig), pid)})
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		msg, _ := io.ReadAll(out)
+		return fmt.Errorf("kill -%d %d in the container: exit %d: %s", int(sig), pid, code, msg)
+	}
+	return nil
 }

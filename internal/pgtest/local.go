@@ -71,6 +71,26 @@ func isExecutable(path string) bool {
 // startLocal initialises a cluster in a new temporary directory and starts it
 // on a free loopback port.
 func startLocal(ctx context.Context, bin string) (_ *Server, err error) {
+	l, err := newLocal(ctx, bin)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = l.close(context.Background())
+		}
+	}()
+	if err := l.run(ctx, "initdb", "-D", l.data, "-U", "postgres", "--auth=trust",
+		"--encoding=UTF8", "--locale=C", "--no-sync"); err != nil {
+		return nil, err
+	}
+	return l.serve(ctx)
+}
+
+// newLocal makes the temporary directory of a local server, owned by the
+// user the server will run as, with the owner file that lets a later run
+// reap it. The data directory inside it does not exist yet.
+func newLocal(ctx context.Context, bin string) (_ *local, err error) {
 	l := &local{bin: bin}
 	if l.cred, err = ServerUser(); err != nil {
 		return nil, err
@@ -94,11 +114,12 @@ func startLocal(ctx context.Context, bin string) (_ *Server, err error) {
 		}
 	}
 	l.data = filepath.Join(l.dir, "data")
+	return l, nil
+}
 
-	if err := l.run(ctx, "initdb", "-D", l.data, "-U", "postgres", "--auth=trust",
-		"--encoding=UTF8", "--locale=C", "--no-sync"); err != nil {
-		return nil, err
-	}
+// serve configures the data directory for this machine (loopback, its own
+// socket directory, a free port) and starts the server.
+func (l *local) serve(ctx context.Context) (_ *Server, err error) {
 	conf := fmt.Sprintf("\n# pgtest\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '%s'\n"+
 		"fsync = off\nmax_connections = %s\n", l.dir, maxConnections)
 	if err := appendFile(filepath.Join(l.data, "postgresql.conf"), conf); err != nil {
