@@ -34,6 +34,7 @@ const maxPending = 8
 //     look it up from then on (after a pause when it cannot be seen yet);
 //   - ErrUnknownTag, ErrExhausted: final, nothing committed;
 //   - ErrAmbiguous (reply lost): look the request up first, then retry it;
+//   - ErrNotReplicated (granted, standbys not confirmed): the same;
 //   - any other error: nothing committed; retry.
 //
 // A range found by lookup at or below what the tag was granted since is a
@@ -109,6 +110,13 @@ func (a *Allocator) load(ctx context.Context, tag string, size int64) (segment.G
 			granted, pause = true, false
 		case errors.Is(err, ErrUnknownTag), errors.Is(err, ErrExhausted), errors.Is(err, ErrInvalidTag):
 			return segment.Grant{}, err
+		case errors.Is(err, ErrNotReplicated):
+			// Granted, but the standbys may not have it: not served until
+			// a lookup confirms it. If the primary fails first, the lookup
+			// on the promoted one does not find it and the same request is
+			// sent again there.
+			log.Warn("segment granted but not confirmed on the standbys; not served until it is", "err", err, "attempt", attempt+1)
+			uncertain = true
 		case errors.Is(err, ErrAmbiguous):
 			log.Warn("segment allocation reply lost; will look the request up", "err", err, "attempt", attempt+1)
 			uncertain = true

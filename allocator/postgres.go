@@ -25,6 +25,7 @@ var (
 // ID.
 type Postgres struct {
 	pool *pgxpool.Pool
+	repl *replicator // confirms grants on the standbys before they are served
 }
 
 // OpenPostgres connects to PostgreSQL. The pool's own settings come from the
@@ -44,13 +45,25 @@ func OpenPostgres(ctx context.Context, url string) (*Postgres, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to postgres: %w", err)
 	}
-	return &Postgres{pool: pool}, nil
+	return &Postgres{pool: pool, repl: newReplicator(DefaultReplication)}, nil
 }
 
 // NewPostgres returns a Postgres over an existing pool. Allocations pin
 // synchronous_commit=on in their own transaction, so the pool's settings
 // cannot make a grant less durable.
-func NewPostgres(pool *pgxpool.Pool) *Postgres { return &Postgres{pool: pool} }
+func NewPostgres(pool *pgxpool.Pool) *Postgres {
+	return &Postgres{pool: pool, repl: newReplicator(DefaultReplication)}
+}
+
+// SetReplication replaces the store's ReplicationConfig (DefaultReplication
+// until then). Call it before the store is used.
+func (p *Postgres) SetReplication(cfg ReplicationConfig) { p.repl = newReplicator(cfg) }
+
+// ReplicationStatus asks the server about its standbys (see
+// ReplicationStatus).
+func (p *Postgres) ReplicationStatus(ctx context.Context) (ReplicationStatus, error) {
+	return p.repl.status(ctx, p.pool)
+}
 
 // Pool returns the connection pool.
 func (p *Postgres) Pool() *pgxpool.Pool { return p.pool }
@@ -99,10 +112,30 @@ WITH durable AS (
 SELECT b.first_id, b.last_id, b.step, COALESCE(b.max_step, 0), b.found
 FROM bumped b, logged`
 
-// Allocate implements Store.
+// Allocate implements Store. Once the grant commits, it waits until the
+// standbys the ReplicationConfig requires have its WAL, on the same
+// connection; if they do not in time, it returns an error wrapping
+// ErrNotReplicated and the segment must not be served.
 func (p *Postgres) Allocate(ctx context.Context, req Request) (Segment, error) {
+	conn, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return Segment{}, fmt.Errorf("allocate: no connection, nothing sent: %w", err)
+	}
+	defer conn.Release()
+	seg, err := p.allocate(ctx, conn, req)
+	if err != nil {
+		return Segment{}, err
+	}
+	if err := p.repl.confirm(ctx, conn); err != nil {
+		return Segment{}, fmt.Errorf("allocate %q [%d, %d]: %w", req.Tag, seg.First, seg.Last, err)
+	}
+	return seg, nil
+}
+
+// allocate runs the allocation statement on conn.
+func (p *Postgres) allocate(ctx context.Context, conn querier, req Request) (Segment, error) {
 	seg := Segment{RequestID: req.ID, Tag: req.Tag}
-	err := p.pool.QueryRow(ctx, allocateSQL, req.Tag, req.Size, req.ID, req.Instance, int64(segment.DefaultMaxStep), req.Floor).
+	err := conn.QueryRow(ctx, allocateSQL, req.Tag, req.Size, req.ID, req.Instance, int64(segment.DefaultMaxStep), req.Floor).
 		Scan(&seg.First, &seg.Last, &seg.Step, &seg.MaxStep, &seg.FoundMaxID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Segment{}, p.whyNoRow(ctx, req.Tag, req.Floor)
@@ -159,10 +192,16 @@ func (p *Postgres) GiveBack(ctx context.Context, tag string, first, last int64) 
 	return n == 1, nil
 }
 
-// Lookup implements Store.
+// Lookup implements Store. A segment found is confirmed on the standbys
+// like a new grant (see Allocate) before it is returned.
 func (p *Postgres) Lookup(ctx context.Context, id uuid.UUID) (Segment, error) {
+	conn, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return Segment{}, fmt.Errorf("lookup request %s: %w", id, err)
+	}
+	defer conn.Release()
 	seg := Segment{RequestID: id}
-	err := p.pool.QueryRow(ctx, `
+	err = conn.QueryRow(ctx, `
 SELECT s.biz_tag, s.first_id, s.last_id, t.step, COALESCE(t.max_step, 0)
 FROM idmint_segments s JOIN idmint_tags t USING (biz_tag)
 WHERE s.request_id = $1`, id).Scan(&seg.Tag, &seg.First, &seg.Last, &seg.Step, &seg.MaxStep)
@@ -171,6 +210,11 @@ WHERE s.request_id = $1`, id).Scan(&seg.Tag, &seg.First, &seg.Last, &seg.Step, &
 	}
 	if err != nil {
 		return Segment{}, fmt.Errorf("lookup request %s: %w", id, err)
+	}
+	// The row is visible, so its commit is at or before the WAL written
+	// now: confirm it like a new grant.
+	if err := p.repl.confirm(ctx, conn); err != nil {
+		return Segment{}, fmt.Errorf("lookup request %s [%d, %d]: %w", id, seg.First, seg.Last, err)
 	}
 	return seg, nil
 }

@@ -47,6 +47,10 @@ var (
 	// ErrNotRaised means a Bump changed nothing: max_id is already at or
 	// above the value asked for.
 	ErrNotRaised = errors.New("max_id not raised")
+	// ErrNotReplicated wraps store errors after a grant committed but could
+	// not be confirmed on the standbys a ReplicationConfig requires: it
+	// must not be served yet. Look it up later (the lookup confirms again).
+	ErrNotReplicated = errors.New("grant not confirmed on the required standbys")
 )
 
 // Store is the source of truth for tags' high-water marks.
