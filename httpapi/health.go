@@ -32,6 +32,10 @@ type Health struct {
 	// when it is.
 	Reasons  []string       `json:"reasons"`
 	Database DatabaseHealth `json:"database"`
+	// Replication tells whether the database can lose grants on failover;
+	// absent without a ReplicationSource (SQLite) or while the database is
+	// unreachable.
+	Replication *ReplicationHealth `json:"replication,omitempty"`
 	Tags     []TagHealth    `json:"tags"`
 	// Snowflake is the Snowflake mode's state; absent when it is off.
 	Snowflake *SnowflakeHealth `json:"snowflake,omitempty"`
@@ -128,18 +132,20 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 //     requests for made-up tags during an outage cannot take the instance
 //     out of a load balancer), or when no tag ever loaded;
 //   - degraded when every tag serves but the database is unreachable, a
-//     tag's next range is late, a load failed since the last success, or a
+//     tag's next range is late, a load failed since the last success, a
 //     range was refused or a rollback repaired since the instance started
 //     (the database went back in time: an operator must look, so it
-//     sticks), or Snowflake mode is on and cannot issue IDs;
+//     sticks), Snowflake mode is on and cannot issue IDs, or the
+//     replication has a warning (asynchronous standbys only, fewer standbys
+//     than required, standbys hidden from the role);
 //   - ok otherwise.
 //
 // Reasons lists every cause, so that a dashboard can say what is wrong.
 func (s *Server) health(ctx context.Context, stats []segment.Stats, asked bool) Health {
 	h := Health{Version: HealthVersion, Instance: s.cfg.Instance, Time: s.cfg.Now().UTC(), Tags: make([]TagHealth, 0, len(stats))}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.PingTimeout)
+	pingCtx, cancel := context.WithTimeout(ctx, s.cfg.PingTimeout)
 	start := s.cfg.Now()
-	err := s.cfg.Allocator.Ping(ctx)
+	err := s.cfg.Allocator.Ping(pingCtx)
 	cancel()
 	h.Database.LatencyMS = ms(s.cfg.Now().Sub(start))
 	h.Database.Reachable = err == nil
@@ -152,6 +158,11 @@ func (s *Server) health(ctx context.Context, stats []segment.Stats, asked bool) 
 	serving, troubled := true, !h.Database.Reachable
 	if !h.Database.Reachable {
 		reason("database unreachable")
+	} else if h.Replication = s.replicationHealth(ctx); h.Replication != nil {
+		for _, w := range h.Replication.Warnings {
+			troubled = true
+			reason("replication: %s", w)
+		}
 	}
 	loaded := 0
 	for _, st := range stats {

@@ -145,9 +145,13 @@ func (rm *routeMetrics) observe(status int, d time.Duration) {
 	rm.duration.Observe(d.Seconds())
 }
 
-// attach registers the collector that reads a's Stats at scrape time.
-func (m *Metrics) attach(a Allocator, pingTimeout time.Duration) {
+// attach registers the collector that reads a's Stats at scrape time, and
+// the one that reads repl's status if there is one.
+func (m *Metrics) attach(a Allocator, pingTimeout time.Duration, repl ReplicationSource) {
 	m.reg.MustRegister(newStatsCollector(a, pingTimeout))
+	if repl != nil {
+		m.reg.MustRegister(newReplicationCollector(repl, pingTimeout))
+	}
 }
 
 func (m *Metrics) handler() http.Handler {

@@ -42,6 +42,10 @@ type Config struct {
 	// AccessLog logs one line per request (default off: at tens of
 	// thousands of requests per second the log costs more than the ID).
 	AccessLog bool
+	// Replication, when set, reports the database's standbys in
+	// /id/health, /metrics and the dashboard (a *allocator.Postgres is
+	// one); nil for a database without replication, such as SQLite.
+	Replication ReplicationSource
 	// Metrics is served at /metrics. Nil makes a new one, whose segment
 	// load histogram stays empty: for it, pass Metrics.ObserveLoad as the
 	// allocator's segment.Config.OnLoad.
@@ -101,7 +105,7 @@ func NewServer(cfg Config) *Server {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}
-	cfg.Metrics.attach(cfg.Allocator, cfg.PingTimeout)
+	cfg.Metrics.attach(cfg.Allocator, cfg.PingTimeout, cfg.Replication)
 	cfg.Limits.setDefaults(cfg.RequestTimeout)
 	s := &Server{cfg: cfg, requestPrefix: requestPrefix()}
 	s.exchanges.New = func() any { return new(exchange) }

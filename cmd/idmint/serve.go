@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"runtime/pprof"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,6 +37,7 @@ type serveConfig struct {
 	log             logConfig
 	snowflake       snowflakeConfig
 	access          accessConfig
+	replication     allocator.ReplicationConfig
 }
 
 // accessConfig holds the flags of access control and limits.
@@ -82,6 +84,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.DurationVar(&c.pruneAfter, "prune-after", 7*24*time.Hour, fmt.Sprintf("delete segment-log rows older than this (0 keeps them; at least %v)", minPruneAfter))
 	fs.BoolVar(&c.accessLog, "access-log", false, "log one line per HTTP request (off by default: it costs more than the ID)")
 	fs.StringVar(&c.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run to this file (for go tool pprof)")
+	replicas := fs.String("replicas-required", "auto",
+		"PostgreSQL standbys that must have a grant's WAL before its ids are served: auto (every streaming standby), off, or a count")
+	ack := fs.String("replica-ack", "flush", "how far a standby must have a grant's WAL: flush or replay")
 	c.log.register(fs)
 	c.snowflake.register(fs)
 	c.access.register(fs)
@@ -93,6 +98,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if c.pruneAfter != 0 && c.pruneAfter < minPruneAfter {
 		return fmt.Errorf("--prune-after %v: want 0 (keep every row) or at least %v: a lost reply is settled by looking its request up in the segment log", c.pruneAfter, minPruneAfter)
+	}
+	var err error
+	if c.replication.Required, err = allocator.ParseReplicas(*replicas); err != nil {
+		return fmt.Errorf("--replicas-required: %w", err)
+	}
+	if c.replication.Ack, err = allocator.ParseReplicaAck(*ack); err != nil {
+		return fmt.Errorf("--replica-ack: %w", err)
 	}
 	logger, err := c.log.logger(stderr)
 	if err != nil {
@@ -113,6 +125,15 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) error {
 	}
 	if err := ensureTags(ctx, store, c.tags, logger); err != nil {
 		return err
+	}
+	// Grants wait for the standbys of a PostgreSQL primary; a SQLite file
+	// has none.
+	var replication httpapi.ReplicationSource
+	if pg, ok := store.store.(*allocator.Postgres); ok {
+		c.replication.Logger = logger
+		pg.SetReplication(c.replication)
+		replication = pg
+		logReplication(ctx, pg, logger)
 	}
 
 	// Metrics come first: the allocator reports each segment load to them.
@@ -142,6 +163,7 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) error {
 		RequestTimeout: c.requestTimeout,
 		AccessLog:      c.accessLog,
 		Metrics:        metrics,
+		Replication:    replication,
 		Logger:         logger,
 		Snowflake:      snowflakeAPI(node),
 		Auth:           auth,
@@ -217,6 +239,24 @@ func startCPUProfile(path string) (stop func(), err error) {
 		pprof.StopCPUProfile()
 		f.Close()
 	}, nil
+}
+
+// logReplication says at start what a failover could cost.
+func logReplication(ctx context.Context, pg *allocator.Postgres, logger *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := pg.ReplicationStatus(ctx)
+	if err != nil {
+		logger.Warn("cannot read the database's replication status", "err", err)
+		return
+	}
+	log := logger.With("replicas", st.Replicas, "sync_replicas", st.SyncReplicas, "timeline", st.Timeline,
+		"replicas_required", st.Required.String(), "replica_ack", st.Ack)
+	if w := st.Warnings(); len(w) > 0 {
+		log.Warn("replication: " + strings.Join(w, "; "))
+		return
+	}
+	log.Info("replication")
 }
 
 // prune deletes old segment-log rows every hour.

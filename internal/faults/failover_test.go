@@ -2,11 +2,17 @@ package faults_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/checker"
 	"github.com/idmint/idmint/internal/pgtest"
 	"github.com/idmint/idmint/segment"
@@ -22,6 +28,7 @@ type failover struct {
 	c        *checker.Checker
 	allocs   []*allocator.Allocator
 	loads    []*load
+	api      *httptest.Server // the first instance's HTTP API
 }
 
 const failoverTag = "order"
@@ -49,6 +56,10 @@ func (f *failover) start(t *testing.T) *allocator.Allocator {
 	i := len(f.allocs)
 	a := newInstance(t, store, fmt.Sprint("failover-", i), nil)
 	f.allocs = append(f.allocs, a)
+	if f.api == nil {
+		f.api = httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Replication: store, Logger: quiet()}))
+		t.Cleanup(f.api.Close)
+	}
 	f.loads = append(f.loads, startLoad(f.c, 4, func(ctx context.Context, w int) (string, string, int64, error) {
 		id, err := a.Next(ctx, failoverTag)
 		return fmt.Sprintf("instance-%d/worker-%d", i, w), failoverTag, id, err
@@ -75,6 +86,30 @@ func (f *failover) stats(field func(st segment.Stats) int64) []int64 {
 		out[i] = field(tagStats(a, failoverTag))
 	}
 	return out
+}
+
+// health returns the first instance's /id/health and /metrics.
+func (f *failover) health(t *testing.T) (httpapi.Health, string) {
+	t.Helper()
+	var h httpapi.Health
+	resp, err := http.Get(f.api.URL + "/id/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+		t.Fatal(err)
+	}
+	if h.Replication == nil {
+		t.Fatalf("/id/health has no replication block: %+v", h)
+	}
+	mresp, err := http.Get(f.api.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mresp.Body.Close()
+	metrics, _ := io.ReadAll(mresp.Body)
+	return h, string(metrics)
 }
 
 // refused sums the ranges every instance refused.
@@ -120,6 +155,14 @@ func TestFailover_AsyncLaggingStandby(t *testing.T) {
 	t.Run("replicas auto", func(t *testing.T) {
 		f := newFailover(t, pgtest.ReplicationOptions{}, allocator.ReplicasAuto, 2)
 		f.served(t, 2000, "ids before the stall")
+		h, metrics := f.health(t)
+		if h.Status != httpapi.StatusDegraded || h.Replication.ReplicasConnected != 1 || h.Replication.SyncReplicas != 0 ||
+			h.Replication.GrantsAtRisk || h.Replication.GrantWaits == 0 || !strings.Contains(strings.Join(h.Reasons, ";"), "only asynchronous replicas") {
+			t.Fatalf("/id/health with an asynchronous standby: %s %+v %q; want degraded, 1 async replica, waits, not at risk", h.Status, *h.Replication, h.Reasons)
+		}
+		if !strings.Contains(metrics, "idmint_database_replicas_connected 1") || !strings.Contains(metrics, "idmint_database_sync_replicas 0") {
+			t.Fatal("/metrics does not report 1 replica, 0 synchronous")
+		}
 		f.r.StallWAL(t)
 		// Long enough for every instance to need a new segment, which the
 		// stalled standby never confirms.
@@ -140,6 +183,11 @@ func TestFailover_AsyncLaggingStandby(t *testing.T) {
 		}
 		if tagStats(late, failoverTag).Loads == 0 {
 			t.Fatal("the instance started after the failover served nothing")
+		}
+		h, metrics = f.health(t)
+		if !h.Replication.TimelineChanged || h.Replication.Timeline != 2 || h.Replication.ReplicasConnected != 0 ||
+			!strings.Contains(metrics, "idmint_database_timeline_changed 1") {
+			t.Fatalf("/id/health after the failover: %+v; want timeline 1 -> 2, no replica", *h.Replication)
 		}
 		t.Logf("async standby stalled then promoted (%s pair), replicas auto: %d ids from %d instances (one started after the failover), highest before the failover %d, %d failed requests (503) while the standby lagged, 0 duplicates, 0 refusals; old instances loading from the promoted server %v after the promotion",
 			f.r.Primary.Kind(), r.IDs(), len(f.allocs), highestBefore, r.Failed, recovery.Round(time.Millisecond))
@@ -169,6 +217,11 @@ func TestFailover_AsyncLaggingStandby(t *testing.T) {
 func TestFailover_Synchronous(t *testing.T) {
 	f := newFailover(t, pgtest.ReplicationOptions{Synchronous: true}, 0, 2)
 	f.served(t, 3000, "ids before the failover")
+	h, metrics := f.health(t)
+	if h.Status != httpapi.StatusOK || h.Replication.SyncReplicas != 1 || h.Replication.GrantsAtRisk ||
+		h.Replication.SynchronousStandbyNames != "*" || !strings.Contains(metrics, "idmint_database_sync_replicas 1") {
+		t.Fatalf("/id/health with a synchronous standby: %s %+v %q; want ok, 1 sync replica", h.Status, *h.Replication, h.Reasons)
+	}
 	highestBefore := f.c.Report().Tag(failoverTag).Highest
 	failed := f.c.Report().Failed
 	recovery := f.promote(t)
