@@ -86,8 +86,8 @@ type ReplicationConfig struct {
 	// Ack is how far: AckFlush (default) or AckReplay.
 	Ack ReplicaAck
 	// PollMin and PollMax bound the pause between two looks at
-	// pg_stat_replication (defaults 1ms and 50ms, doubling). The wait as a
-	// whole is bounded by the allocation's context.
+	// pg_stat_replication (defaults 500µs and 20ms, growing by half each
+	// time). The wait as a whole is bounded by the allocation's context.
 	PollMin, PollMax time.Duration
 	// Logger gets the warnings (default slog.Default()).
 	Logger *slog.Logger
@@ -101,10 +101,10 @@ func (c *ReplicationConfig) setDefaults() {
 		c.Ack = AckFlush
 	}
 	if c.PollMin <= 0 {
-		c.PollMin = time.Millisecond
+		c.PollMin = 500 * time.Microsecond
 	}
 	if c.PollMax < c.PollMin {
-		c.PollMax = max(50*time.Millisecond, c.PollMin)
+		c.PollMax = max(20*time.Millisecond, c.PollMin)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -282,7 +282,7 @@ func (r *replicator) confirm(ctx context.Context, conn querier) error {
 				ErrNotReplicated, acked, need, r.cfg.Ack, lsn, time.Since(start).Round(time.Millisecond), ctx.Err()))
 		case <-time.After(pause):
 		}
-		pause = min(2*pause, r.cfg.PollMax)
+		pause = min(pause+pause/2, r.cfg.PollMax)
 	}
 }
 
