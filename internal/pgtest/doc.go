@@ -39,4 +39,14 @@
 // Restarting a server (for fault injection) disturbs every test using it: do
 // it in tests that do not run in parallel with other users of Shared, or on a
 // private server from New.
+//
+// NewReplication starts a private primary and a streaming standby made from
+// it with pg_basebackup, in the same two modes (two local servers, or two
+// containers on one Docker network), for failover tests:
+//
+//	r := pgtest.NewReplication(t, pgtest.ReplicationOptions{Synchronous: false})
+//	url := r.URL(r.NewDatabase(t)) // multi-host, target_session_attrs=read-write
+//	r.StallWAL(t)                  // the standby lags, still listed as streaming
+//	r.KillPrimary(t)
+//	r.Promote(t)                   // the standby takes writes, without what it missed
 package pgtest
