@@ -41,6 +41,7 @@ func OpenPostgres(ctx context.Context, url string) (*Postgres, error) {
 	// could forget grants already served, and a restarted instance would
 	// hand them out again.
 	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
+	followFailover(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to postgres: %w", err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Replicas is how many standbys must have a grant's WAL before any of its
@@ -230,6 +231,31 @@ const statusSQL = `SELECT pg_is_in_recovery(), ` + timelineSQL + `,
     (SELECT count(*) FROM ` + standbys + ` AND state = 'streaming'),
     (SELECT count(*) FROM ` + standbys + ` AND sync_state IN ('sync', 'quorum')),
     (SELECT count(*) FROM ` + standbys + ` AND state IS NULL)`
+
+// MultiHostConnectTimeout bounds the connection to each host of a
+// multi-host URL that sets no connect_timeout. pgx tries the hosts in
+// order; without a bound per host, a first host that does not answer at
+// all (a dead machine, a network partition: no reset, no refusal) would use
+// up each attempt, and the promoted server behind it would never be tried.
+const MultiHostConnectTimeout = time.Second
+
+// followFailover prepares a pool for a multi-host URL: each host gets
+// MultiHostConnectTimeout unless the URL sets connect_timeout. A pool
+// follows a promotion by itself: pgx destroys a connection that failed when
+// it is released, pings one idle for over a second before handing it out,
+// and new connections go to whichever host passes target_session_attrs.
+func followFailover(cfg *pgxpool.Config) {
+	cc := cfg.ConnConfig
+	if cc.ConnectTimeout != 0 {
+		return
+	}
+	for _, fb := range cc.Fallbacks {
+		if fb.Host != cc.Host || fb.Port != cc.Port {
+			cc.ConnectTimeout = MultiHostConnectTimeout
+			return
+		}
+	}
+}
 
 // querier is a connection or a pool.
 type querier interface {

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net"
 	"net/http/httptest"
+	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -239,4 +242,86 @@ func TestFailover_Synchronous(t *testing.T) {
 	}
 	t.Logf("synchronous standby promoted under load (%s pair), replicas off: %d ids from %d instances (one started after the failover), highest before %d, %d failed requests (503) around the failover, 0 duplicates, 0 refusals; old instances loading from the promoted server %v after the promotion",
 		f.r.Primary.Kind(), r.IDs(), len(f.allocs), highestBefore, r.Failed-failed, recovery.Round(time.Millisecond))
+}
+
+// TestFailover_PrimaryVanishes is a failover where the old primary does not
+// refuse connections but swallows them (a dead machine, a partition): the
+// instances reach it through a proxy, replaced once the failover starts by
+// a listener on its address that accepts and never answers. pgx tries the
+// hosts of a multi-host URL in order, so without a connect timeout per host
+// (MultiHostConnectTimeout) the first one would use up every attempt and
+// the promoted standby would never be tried. The instances must serve from
+// the promoted server within seconds, by themselves.
+func TestFailover_PrimaryVanishes(t *testing.T) {
+	r := pgtest.NewReplication(t, pgtest.ReplicationOptions{Synchronous: true})
+	db := r.NewDatabase(t)
+	p := newProxy(t, r.PrimaryURL(db))
+	primary, _ := url.Parse(r.PrimaryURL(db))
+	multi := strings.Replace(r.URL(db), primary.Host, p.Listen, 1)
+	f := &failover{r: r, url: multi, c: checker.New()}
+	migrate(t, f.url)
+	createTag(t, open(t, f.url), failoverTag, 50, 50)
+	t.Cleanup(f.stop)
+	for range 2 {
+		store := open(t, f.url)
+		store.SetReplication(allocator.ReplicationConfig{Required: 0, Logger: quiet()})
+		i := len(f.allocs)
+		a := newInstance(t, store, fmt.Sprint("vanish-", i), func(c *allocator.Config) { c.AttemptTimeout = 3 * time.Second })
+		f.allocs = append(f.allocs, a)
+		f.loads = append(f.loads, startLoad(f.c, 4, func(ctx context.Context, w int) (string, string, int64, error) {
+			id, err := a.Next(ctx, failoverTag)
+			return fmt.Sprintf("instance-%d/worker-%d", i, w), failoverTag, id, err
+		}))
+	}
+	f.served(t, 2000, "ids before the failover")
+
+	// The primary's address now accepts connections and never answers.
+	p.Stop()
+	tarpit(t, p.Listen)
+	recovery := f.promote(t)
+	f.served(t, 2000, "ids after the failover")
+	f.stop()
+	r2 := f.c.Report()
+	requireValid(t, r2)
+	if n := f.refused(); n != 0 {
+		t.Fatalf("%d ranges refused", n)
+	}
+	t.Logf("primary vanished (accepts, never answers), standby promoted (%s pair): instances loading from the promoted server %v after the promotion, %d ids, %d failed requests, 0 duplicates",
+		r.Primary.Kind(), recovery.Round(time.Millisecond), r2.IDs(), r2.Failed)
+}
+
+// tarpit listens on addr, accepts connections and never answers, until the
+// test ends.
+func tarpit(t *testing.T, addr string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
 }
