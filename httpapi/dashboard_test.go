@@ -163,6 +163,11 @@ func TestDashboard_Browser(t *testing.T) {
 	if !strings.Contains(dom, "the database went back in time") {
 		t.Errorf("the repaired rollback is not among the alarms")
 	}
+	// A single server: no replica, nothing to warn about.
+	if repl := fmt.Sprintf(`id="repl" class="pill ok" title="">replicas 0 · no replica · wait auto · timeline %d<`, h.Replication.Timeline); !strings.Contains(dom, repl) {
+		i := strings.Index(dom, `id="repl"`)
+		t.Errorf("replication pill: want %s, have %q", repl, dom[max(i, 0):min(len(dom), max(i, 0)+200)])
+	}
 
 	rows := parseRows(t, dom)
 	if len(rows) != len(h.Tags) {

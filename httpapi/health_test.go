@@ -84,6 +84,7 @@ func newPGInstance(tb testing.TB, tags map[string]int64, mod func(*allocator.Con
 	tb.Cleanup(func() { a.Close(context.Background()) })
 	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{
 		Allocator: a, Instance: "e2e", Logger: quiet(), Metrics: metrics, PingTimeout: 300 * time.Millisecond,
+		Replication: pg,
 	})))
 	tb.Cleanup(srv.Close)
 	return &pgInstance{srv: srv, alloc: a, store: store}

@@ -1,0 +1,99 @@
+package httpapi_test
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/httpapi"
+)
+
+// replicationSource is a fixed replication status: the health rules are
+// about what the status says; the failover tests read real ones.
+type replicationSource struct {
+	st  allocator.ReplicationStatus
+	err error
+}
+
+func (s replicationSource) ReplicationStatus(context.Context) (allocator.ReplicationStatus, error) {
+	return s.st, s.err
+}
+
+func TestHealth_Replication(t *testing.T) {
+	base := allocator.ReplicationStatus{Timeline: 1, InitialTimeline: 1, Required: allocator.ReplicasAuto, Ack: allocator.AckFlush}
+	with := func(f func(*allocator.ReplicationStatus)) allocator.ReplicationStatus {
+		st := base
+		f(&st)
+		return st
+	}
+	for _, tt := range []struct {
+		name    string
+		src     replicationSource
+		status  string
+		reason  string // in reasons, when set
+		atRisk  bool
+		changed bool
+		metric  string // in /metrics, when set
+	}{
+		{name: "single server", src: replicationSource{st: base}, status: httpapi.StatusOK, metric: "idmint_database_replicas_connected 0"},
+		{name: "synchronous standby", src: replicationSource{st: with(func(s *allocator.ReplicationStatus) { s.Replicas, s.SyncReplicas = 1, 1 })},
+			status: httpapi.StatusOK, metric: "idmint_database_sync_replicas 1"},
+		{name: "async, idmint waits", src: replicationSource{st: with(func(s *allocator.ReplicationStatus) { s.Replicas = 2 })},
+			status: httpapi.StatusDegraded, reason: "only asynchronous replicas (2)", metric: "idmint_database_grants_at_risk 0"},
+		{name: "async, wait off", src: replicationSource{st: with(func(s *allocator.ReplicationStatus) { s.Replicas, s.Required = 1, 0 })},
+			status: httpapi.StatusDegraded, reason: "can lose grants already served", atRisk: true, metric: "idmint_database_grants_at_risk 1"},
+		{name: "fewer than required", src: replicationSource{st: with(func(s *allocator.ReplicationStatus) { s.Replicas, s.SyncReplicas, s.Required = 1, 1, 2 })},
+			status: httpapi.StatusDegraded, reason: "replicas_required 2 but 1 connected"},
+		{name: "hidden from the role", src: replicationSource{st: with(func(s *allocator.ReplicationStatus) { s.Hidden = 1 })},
+			status: httpapi.StatusDegraded, reason: "grant it pg_monitor", atRisk: true, metric: "idmint_database_replicas_hidden 1"},
+		{name: "failover seen", src: replicationSource{st: with(func(s *allocator.ReplicationStatus) { s.Timeline = 2 })},
+			status: httpapi.StatusOK, changed: true, metric: "idmint_database_timeline_changed 1"},
+		{name: "status unreadable", src: replicationSource{err: errors.New("boom")}, status: httpapi.StatusOK},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			store := allocator.NewMemStore()
+			a := allocator.New(allocator.Config{Store: store, Logger: quiet()})
+			t.Cleanup(func() { a.Close(context.Background()) })
+			srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), Replication: tt.src}))
+			t.Cleanup(srv.Close)
+
+			_, h := (&pgInstance{srv: srv}).health(t, "")
+			if h.Status != tt.status || h.Replication == nil {
+				t.Fatalf("status %q, replication %+v; want %q", h.Status, h.Replication, tt.status)
+			}
+			r := h.Replication
+			if tt.src.err != nil {
+				if r.Error == "" || strings.Contains(r.Error, "boom") {
+					t.Fatalf("unreadable status: error %q; want a fixed message, no detail", r.Error)
+				}
+				return
+			}
+			reasons := strings.Join(h.Reasons, "; ")
+			if tt.reason != "" && !strings.Contains(reasons, "replication: ") || !strings.Contains(reasons, tt.reason) {
+				t.Fatalf("reasons %q; want %q", reasons, tt.reason)
+			}
+			if r.GrantsAtRisk != tt.atRisk || r.TimelineChanged != tt.changed || r.ReplicasRequired != tt.src.st.Required.String() {
+				t.Fatalf("replication %+v", *r)
+			}
+			if tt.metric != "" {
+				_, _, body := getURL(t, srv.URL+"/metrics")
+				if !strings.Contains(string(body), tt.metric+"\n") {
+					t.Fatalf("/metrics lacks %q", tt.metric)
+				}
+			}
+		})
+	}
+
+	t.Run("no source", func(t *testing.T) {
+		a := allocator.New(allocator.Config{Store: allocator.NewMemStore(), Logger: quiet()})
+		t.Cleanup(func() { a.Close(context.Background()) })
+		srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet()}))
+		t.Cleanup(srv.Close)
+		if _, h := (&pgInstance{srv: srv}).health(t, ""); h.Replication != nil {
+			t.Fatalf("replication block without a source: %+v", h.Replication)
+		}
+	})
+}
