@@ -293,3 +293,41 @@ func TestServe_FlagBounds(t *testing.T) {
 		cancel()
 	}
 }
+
+// TestServe_ReplicasRequired runs serve on a single PostgreSQL server that
+// demands 2 standbys: the setting reaches the store, /id/health says why
+// nothing new can be served, and a tag never loaded answers 503 rather than
+// an ID no standby has. Bad values are refused at start.
+func TestServe_ReplicasRequired(t *testing.T) {
+	for _, args := range [][]string{{"--replicas-required", "many"}, {"--replica-ack", "apply"}} {
+		err := run(context.Background(), append([]string{"serve"}, args...), io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), args[0]) {
+			t.Errorf("serve %v: %v; want an error naming the flag", args, err)
+		}
+	}
+
+	url := pgtest.Shared(t).NewDatabase(t)
+	t.Setenv("IDMINT_DATABASE_URL", url)
+	idmint(t, "migrate")
+	idmint(t, "tag", "create", "order")
+	t.Setenv("IDMINT_REPLICAS_REQUIRED", "2")
+	base, _ := startServe(t)
+
+	var e struct{ Error struct{ Code string } }
+	if status := getJSON(t, base+"/id?biz_tag=order", &e); status != http.StatusServiceUnavailable || e.Error.Code != "unavailable" {
+		t.Fatalf("/id with 2 standbys required and none connected: %d %+v; want 503 unavailable", status, e)
+	}
+	var h struct {
+		Status      string
+		Reasons     []string
+		Replication struct {
+			Required  string `json:"replicas_required"`
+			Connected int    `json:"replicas_connected"`
+		}
+	}
+	getJSON(t, base+"/id/health", &h)
+	if h.Status != "degraded" || h.Replication.Required != "2" || h.Replication.Connected != 0 ||
+		!strings.Contains(strings.Join(h.Reasons, ";"), "replicas_required 2 but 0 connected") {
+		t.Fatalf("/id/health: %+v", h)
+	}
+}
