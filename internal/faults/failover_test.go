@@ -28,6 +28,7 @@ type failover struct {
 	r        *pgtest.Replication
 	url      string
 	required allocator.Replicas
+	mod      func(*allocator.Config) // changes every instance's settings
 	c        *checker.Checker
 	allocs   []*allocator.Allocator
 	loads    []*load
@@ -36,12 +37,19 @@ type failover struct {
 
 const failoverTag = "order"
 
-// newFailover starts the pair and the first instances with load on them:
-// the tag has step = max_step = 50, so segments are small and loaded often.
+// newFailover starts the pair and the first instances with load on them,
+// through the pair's multi-host URL.
 func newFailover(t *testing.T, opts pgtest.ReplicationOptions, required allocator.Replicas, instances int) *failover {
 	t.Helper()
 	r := pgtest.NewReplication(t, opts)
-	f := &failover{r: r, url: r.URL(r.NewDatabase(t)), required: required, c: checker.New()}
+	return newFailoverOn(t, r, r.URL(r.NewDatabase(t)), required, instances, nil)
+}
+
+// newFailoverOn starts instances on the database at url of the pair r: the
+// tag has step = max_step = 50, so segments are small and loaded often.
+func newFailoverOn(t *testing.T, r *pgtest.Replication, url string, required allocator.Replicas, instances int, mod func(*allocator.Config)) *failover {
+	t.Helper()
+	f := &failover{r: r, url: url, required: required, mod: mod, c: checker.New()}
 	migrate(t, f.url)
 	createTag(t, open(t, f.url), failoverTag, 50, 50)
 	t.Cleanup(f.stop)
@@ -57,7 +65,7 @@ func (f *failover) start(t *testing.T) *allocator.Allocator {
 	store := open(t, f.url)
 	store.SetReplication(allocator.ReplicationConfig{Required: f.required, Logger: quiet()})
 	i := len(f.allocs)
-	a := newInstance(t, store, fmt.Sprint("failover-", i), nil)
+	a := newInstance(t, store, fmt.Sprint("failover-", i), f.mod)
 	f.allocs = append(f.allocs, a)
 	if f.api == nil {
 		f.api = httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Replication: store, Logger: quiet()}))
@@ -113,6 +121,28 @@ func (f *failover) health(t *testing.T) (httpapi.Health, string) {
 	defer mresp.Body.Close()
 	metrics, _ := io.ReadAll(mresp.Body)
 	return h, string(metrics)
+}
+
+// failOver kills the primary, promotes the standby, starts one more
+// instance, and checks every ID served by every instance: no duplicate, no
+// refusal (no served grant was lost), and the new instance served. It
+// returns the checker's report and how long the old instances took to load
+// from the promoted server.
+func (f *failover) failOver(t *testing.T) (checker.Report, time.Duration) {
+	t.Helper()
+	recovery := f.promote(t)
+	late := f.start(t)
+	waitFor(t, 30*time.Second, "the instance started after the failover to load", func() bool {
+		return tagStats(late, failoverTag).Loads > 0
+	})
+	f.served(t, 2000, "ids after the failover")
+	f.stop()
+	r := f.c.Report()
+	requireValid(t, r)
+	if n := f.refused(); n != 0 {
+		t.Fatalf("%d ranges refused: a served grant was lost in the failover", n)
+	}
+	return r, recovery
 }
 
 // refused sums the ranges every instance refused.
@@ -174,19 +204,7 @@ func TestFailover_AsyncLaggingStandby(t *testing.T) {
 			return f.c.Report().Failed > fails+100
 		})
 		highestBefore := f.c.Report().Tag(failoverTag).Highest
-		recovery := f.promote(t)
-		late := f.start(t)
-		f.served(t, 5000, "ids after the failover")
-		f.stop()
-
-		r := f.c.Report()
-		requireValid(t, r)
-		if n := f.refused(); n != 0 {
-			t.Fatalf("%d ranges refused: a served grant was lost in the failover", n)
-		}
-		if tagStats(late, failoverTag).Loads == 0 {
-			t.Fatal("the instance started after the failover served nothing")
-		}
+		r, recovery := f.failOver(t)
 		h, metrics = f.health(t)
 		if !h.Replication.TimelineChanged || h.Replication.Timeline != 2 || h.Replication.ReplicasConnected != 0 ||
 			!strings.Contains(metrics, "idmint_database_timeline_changed 1") {
@@ -227,19 +245,7 @@ func TestFailover_Synchronous(t *testing.T) {
 	}
 	highestBefore := f.c.Report().Tag(failoverTag).Highest
 	failed := f.c.Report().Failed
-	recovery := f.promote(t)
-	late := f.start(t)
-	f.served(t, 5000, "ids after the failover")
-	f.stop()
-
-	r := f.c.Report()
-	requireValid(t, r)
-	if n := f.refused(); n != 0 {
-		t.Fatalf("%d ranges refused: a synchronous standby lost a grant", n)
-	}
-	if tagStats(late, failoverTag).Loads == 0 {
-		t.Fatal("the instance started after the failover served nothing")
-	}
+	r, recovery := f.failOver(t)
 	t.Logf("synchronous standby promoted under load (%s pair), replicas off: %d ids from %d instances (one started after the failover), highest before %d, %d failed requests (503) around the failover, 0 duplicates, 0 refusals; old instances loading from the promoted server %v after the promotion",
 		f.r.Primary.Kind(), r.IDs(), len(f.allocs), highestBefore, r.Failed-failed, recovery.Round(time.Millisecond))
 }
@@ -258,34 +264,13 @@ func TestFailover_PrimaryVanishes(t *testing.T) {
 	p := newProxy(t, r.PrimaryURL(db))
 	primary, _ := url.Parse(r.PrimaryURL(db))
 	multi := strings.Replace(r.URL(db), primary.Host, p.Listen, 1)
-	f := &failover{r: r, url: multi, c: checker.New()}
-	migrate(t, f.url)
-	createTag(t, open(t, f.url), failoverTag, 50, 50)
-	t.Cleanup(f.stop)
-	for range 2 {
-		store := open(t, f.url)
-		store.SetReplication(allocator.ReplicationConfig{Required: 0, Logger: quiet()})
-		i := len(f.allocs)
-		a := newInstance(t, store, fmt.Sprint("vanish-", i), func(c *allocator.Config) { c.AttemptTimeout = 3 * time.Second })
-		f.allocs = append(f.allocs, a)
-		f.loads = append(f.loads, startLoad(f.c, 4, func(ctx context.Context, w int) (string, string, int64, error) {
-			id, err := a.Next(ctx, failoverTag)
-			return fmt.Sprintf("instance-%d/worker-%d", i, w), failoverTag, id, err
-		}))
-	}
+	f := newFailoverOn(t, r, multi, 0, 2, func(c *allocator.Config) { c.AttemptTimeout = 3 * time.Second })
 	f.served(t, 2000, "ids before the failover")
 
 	// The primary's address now accepts connections and never answers.
 	p.Stop()
 	tarpit(t, p.Listen)
-	recovery := f.promote(t)
-	f.served(t, 2000, "ids after the failover")
-	f.stop()
-	r2 := f.c.Report()
-	requireValid(t, r2)
-	if n := f.refused(); n != 0 {
-		t.Fatalf("%d ranges refused", n)
-	}
+	r2, recovery := f.failOver(t)
 	t.Logf("primary vanished (accepts, never answers), standby promoted (%s pair): instances loading from the promoted server %v after the promotion, %d ids, %d failed requests, 0 duplicates",
 		r.Primary.Kind(), recovery.Round(time.Millisecond), r2.IDs(), r2.Failed)
 }
