@@ -79,15 +79,36 @@ func startDocker(ctx context.Context) (*Server, error) {
 	if image == "" {
 		image = defaultImage
 	}
-	host, _ := os.Hostname()
+	s, err := runOnLoopback(ctx, func(ctx context.Context, opts ...testcontainers.ContainerCustomizer) (testcontainers.Container, error) {
+		c, err := postgres.Run(ctx, image, append([]testcontainers.ContainerCustomizer{
+			postgres.WithUsername("postgres"),
+			postgres.WithPassword("postgres"),
+			postgres.WithDatabase("postgres"),
+			postgres.BasicWaitStrategies(),
+			testcontainers.WithCmdArgs("-c", "max_connections="+maxConnections),
+		}, opts...)...)
+		if c == nil {
+			return nil, err
+		}
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start container from image %s (set %s to another image, e.g. one built offline by .ci/postgres-image.sh, or %s=local to use local server binaries): %w",
+			image, envImage, envMode, err)
+	}
+	return s, nil
+}
 
+// runOnLoopback runs a container through run, with its port 5432 published
+// on 127.0.0.1 at a free host port and pgtest's owner labels, and waits
+// until it answers a query. The port is free when chosen but may be taken
+// before Docker binds it; it tries a few.
+func runOnLoopback(ctx context.Context, run func(context.Context, ...testcontainers.ContainerCustomizer) (testcontainers.Container, error)) (*Server, error) {
 	var (
-		c    *postgres.PostgresContainer
+		c    testcontainers.Container
 		port int
 		err  error
 	)
-	// The port is free when chosen but may be taken before Docker binds it;
-	// try a few.
 	for attempt := 1; ; attempt++ {
 		if port, err = freePort(); err != nil {
 			return nil, err
@@ -95,19 +116,9 @@ func startDocker(ctx context.Context) (*Server, error) {
 		binding := network.PortMap{
 			network.MustParsePort("5432/tcp"): {{HostIP: netip.MustParseAddr("127.0.0.1"), HostPort: strconv.Itoa(port)}},
 		}
-		c, err = postgres.Run(ctx, image,
-			postgres.WithUsername("postgres"),
-			postgres.WithPassword("postgres"),
-			postgres.WithDatabase("postgres"),
-			postgres.BasicWaitStrategies(),
-			testcontainers.WithCmdArgs("-c", "max_connections="+maxConnections),
-			testcontainers.WithLabels(map[string]string{
-				labelOwnerPID:  strconv.Itoa(os.Getpid()),
-				labelOwnerHost: host,
-			}),
-			testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
-				hc.PortBindings = binding
-			}),
+		c, err = run(ctx,
+			testcontainers.WithLabels(ownerLabels()),
+			testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) { hc.PortBindings = binding }),
 		)
 		if err == nil {
 			break
@@ -116,11 +127,9 @@ func startDocker(ctx context.Context) (*Server, error) {
 			_ = testcontainers.TerminateContainer(c)
 		}
 		if attempt == 3 || ctx.Err() != nil || !portTaken(err) {
-			return nil, fmt.Errorf("start container from image %s (set %s to another image, e.g. one built offline by .ci/postgres-image.sh, or %s=local to use local server binaries): %w",
-				image, envImage, envMode, err)
+			return nil, err
 		}
 	}
-
 	s := &Server{
 		kind:    KindTestcontainers,
 		url:     fmt.Sprintf("postgres://postgres:postgres@127.0.0.1:%d/postgres?sslmode=disable", port),
@@ -228,47 +237,17 @@ func startDockerReplication(ctx context.Context, tb testing.TB) (*Replication, e
 	return r, nil
 }
 
-// runDocker runs a container with its port 5432 published on 127.0.0.1 at a
-// host port chosen here, and waits until it answers a query.
+// runDocker runs a generic container of image with opts, published on
+// loopback (see runOnLoopback).
 func runDocker(ctx context.Context, image string, opts ...testcontainers.ContainerCustomizer) (*Server, error) {
-	var (
-		c    *testcontainers.DockerContainer
-		port int
-		err  error
-	)
-	for attempt := 1; ; attempt++ {
-		if port, err = freePort(); err != nil {
+	return runOnLoopback(ctx, func(ctx context.Context, more ...testcontainers.ContainerCustomizer) (testcontainers.Container, error) {
+		c, err := testcontainers.Run(ctx, image, append(append([]testcontainers.ContainerCustomizer{
+			testcontainers.WithExposedPorts("5432/tcp")}, opts...), more...)...)
+		if c == nil {
 			return nil, err
 		}
-		binding := network.PortMap{
-			network.MustParsePort("5432/tcp"): {{HostIP: netip.MustParseAddr("127.0.0.1"), HostPort: strconv.Itoa(port)}},
-		}
-		all := append([]testcontainers.ContainerCustomizer{
-			testcontainers.WithExposedPorts("5432/tcp"),
-			testcontainers.WithLabels(ownerLabels()),
-			testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) { hc.PortBindings = binding }),
-		}, opts...)
-		c, err = testcontainers.Run(ctx, image, all...)
-		if err == nil {
-			break
-		}
-		if c != nil {
-			_ = testcontainers.TerminateContainer(c)
-		}
-		if attempt == 3 || ctx.Err() != nil || !portTaken(err) {
-			return nil, err
-		}
-	}
-	s := &Server{
-		kind:    KindTestcontainers,
-		url:     fmt.Sprintf("postgres://postgres:postgres@127.0.0.1:%d/postgres?sslmode=disable", port),
-		backend: &docker{c: c},
-	}
-	if err := waitReady(ctx, s.url); err != nil {
-		_ = testcontainers.TerminateContainer(c)
-		return nil, err
-	}
-	return s, nil
+		return c, err
+	})
 }
 
 // ownerLabels mark a container or network as this process's, for reapDocker.
