@@ -58,7 +58,9 @@ func newMetricsServer(tb testing.TB) (*httptest.Server, *switchableStore) {
 			WaitTimeout: 200 * time.Millisecond, MinBackoff: time.Hour, OnLoad: metrics.ObserveLoad},
 	})
 	tb.Cleanup(func() { a.Close(context.Background()) })
-	srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), Metrics: metrics}))
+	// A primary with one asynchronous standby, for the replication series.
+	repl := replicationSource{st: allocator.ReplicationStatus{Replicas: 1, Timeline: 1, InitialTimeline: 1, Required: allocator.ReplicasAuto, Ack: allocator.AckFlush}}
+	srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), Metrics: metrics, Replication: repl}))
 	tb.Cleanup(srv.Close)
 	return srv, store
 }
