@@ -86,5 +86,5 @@ FAILOVER_RUNS ?= 10
 drill-failover:
 	@out=$$(mktemp); status=0; \
 	$(GO) test -race -count=$(FAILOVER_RUNS) -timeout 60m -run '^TestFailover_' -v ./internal/faults >"$$out" 2>&1 || status=$$?; \
-	grep -E '^(--- |ok|FAIL|panic)|failover_test.go:[0-9]+: (async|sync|the same|gave up)|DUPLICATE|refused:' "$$out"; \
+	grep -E '^(--- |ok|FAIL|panic)|failover_test.go:[0-9]+: (async|sync|primary|the same|gave up)|DUPLICATE|refused:' "$$out"; \
 	if [ $$status -ne 0 ]; then tail -n 60 "$$out"; fi; rm -f "$$out"; exit $$status

@@ -42,8 +42,15 @@ const failoverTag = "order"
 func newFailover(t *testing.T, opts pgtest.ReplicationOptions, required allocator.Replicas, instances int) *failover {
 	t.Helper()
 	r := pgtest.NewReplication(t, opts)
-	return newFailoverOn(t, r, r.URL(r.NewDatabase(t)), required, instances, nil)
+	return newFailoverOn(t, r, r.URL(r.NewDatabase(t)), required, instances, productionAttempts)
 }
+
+// productionAttempts gives each store call idmint's default bound (3s):
+// pgx tries the hosts of the multi-host URL within one attempt, 1s each at
+// most (allocator.MultiHostConnectTimeout), so an attempt must leave time
+// for the second host. A killed container's published port may still
+// accept connections for a moment and never answer.
+func productionAttempts(c *allocator.Config) { c.AttemptTimeout = 3 * time.Second }
 
 // newFailoverOn starts instances on the database at url of the pair r: the
 // tag has step = max_step = 50, so segments are small and loaded often.
@@ -264,7 +271,7 @@ func TestFailover_PrimaryVanishes(t *testing.T) {
 	p := newProxy(t, r.PrimaryURL(db))
 	primary, _ := url.Parse(r.PrimaryURL(db))
 	multi := strings.Replace(r.URL(db), primary.Host, p.Listen, 1)
-	f := newFailoverOn(t, r, multi, 0, 2, func(c *allocator.Config) { c.AttemptTimeout = 3 * time.Second })
+	f := newFailoverOn(t, r, multi, 0, 2, productionAttempts)
 	f.served(t, 2000, "ids before the failover")
 
 	// The primary's address now accepts connections and never answers.
