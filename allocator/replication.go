@@ -168,8 +168,12 @@ func (s ReplicationStatus) Warnings() []string {
 	case s.Replicas > 0 && s.SyncReplicas == 0 && s.Required == 0:
 		w = append(w, fmt.Sprintf("only asynchronous replicas (%d) and replicas_required off: a failover can lose grants already served and hand them out again", s.Replicas))
 	case s.Replicas > 0 && s.SyncReplicas == 0:
-		w = append(w, fmt.Sprintf("only asynchronous replicas (%d): a failover loses the last commits; idmint serves a grant only once %s standbys have %sed it",
-			s.Replicas, s.Required, s.Ack))
+		who := "every streaming standby has"
+		if s.Required != ReplicasAuto {
+			who = fmt.Sprintf("%d standby(s) have", s.Required)
+		}
+		w = append(w, fmt.Sprintf("only asynchronous replicas (%d): a failover loses the last commits; idmint serves a grant only once %s %sed it",
+			s.Replicas, who, s.Ack))
 	}
 	if s.Required > 0 && s.Replicas < int(s.Required) && !s.InRecovery {
 		w = append(w, fmt.Sprintf("replicas_required %d but %d connected: new segments are not served", s.Required, s.Replicas))
