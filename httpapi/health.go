@@ -36,7 +36,7 @@ type Health struct {
 	// absent without a ReplicationSource (SQLite) or while the database is
 	// unreachable.
 	Replication *ReplicationHealth `json:"replication,omitempty"`
-	Tags     []TagHealth    `json:"tags"`
+	Tags        []TagHealth        `json:"tags"`
 	// Snowflake is the Snowflake mode's state; absent when it is off.
 	Snowflake *SnowflakeHealth `json:"snowflake,omitempty"`
 }
