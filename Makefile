@@ -8,13 +8,22 @@ GO    ?= go
 IMAGE ?= idmint:dev
 BIN   ?= bin/idmint
 
-.PHONY: run test bench bench-http lint build image drill drill-ha drill-failover fuzz
+.PHONY: run test bench bench-http lint build image drill drill-ha drill-failover fuzz mutate
 
 run:
 	$(GO) run ./cmd/idmint serve
 
+# test ends with the scenario report of internal/pgtest: every test that ran
+# on PostgreSQL, in which mode (external, testcontainers, local), and every
+# scenario that did not run, with the reason. A scenario this machine cannot
+# run fails the test unless IDMINT_TEST_ALLOW_SKIP names it.
 test:
-	$(GO) vet ./... && $(GO) test -race -count=1 -timeout 30m ./...
+	$(GO) vet ./...
+	@report=$$(mktemp); \
+	IDMINT_TEST_REPORT=$$report $(GO) test -race -count=1 -timeout 30m ./...; rc=$$?; \
+	echo; echo "scenarios on PostgreSQL (mode, package, test, outcome):"; \
+	sort -u "$$report" | awk -F'\t' '{ printf "  %-15s %-10s %-38s %s\n", $$1, $$2, $$3, $$4 }'; \
+	rm -f "$$report"; exit $$rc
 
 # fuzz runs each fuzz target for FUZZTIME (CI runs it after the tests):
 # request parsing, token parsing, and the token check of the HTTP API.
@@ -88,3 +97,9 @@ drill-failover:
 	$(GO) test -race -count=$(FAILOVER_RUNS) -timeout 60m -run '^TestFailover_' -v ./internal/faults >"$$out" 2>&1 || status=$$?; \
 	grep -E '^(--- |ok|FAIL|panic)|failover_test.go:[0-9]+: (async|sync|primary|the same|gave up)|DUPLICATE|refused:' "$$out"; \
 	if [ $$status -ne 0 ]; then tail -n 60 "$$out"; fi; rm -f "$$out"; exit $$status
+
+# mutate applies each mutation of scripts/mutations.txt to a copy of the
+# tree and runs the tests that must catch it; it fails if one survives.
+# Not run by CI: run it after changing the core or its tests.
+mutate:
+	scripts/mutate.sh $(MUTATIONS)

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
@@ -103,8 +105,12 @@ func TestMigrations(t *testing.T) {
 			`INSERT INTO idmint_tags (biz_tag, step, max_step) VALUES ('a', 100, 10)`,
 			`INSERT INTO idmint_tags (biz_tag, max_id) VALUES ('a', -1)`,
 		} {
-			if _, err := store.Pool().Exec(ctx, sql); err == nil {
-				t.Errorf("accepted: %s", sql)
+			// Refused by a constraint (SQLSTATE class 23), not for any
+			// other reason such as a missing table.
+			_, err := store.Pool().Exec(ctx, sql)
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) || !strings.HasPrefix(pgErr.Code, "23") {
+				t.Errorf("%s: %v, want a constraint violation", sql, err)
 			}
 		}
 	})
@@ -124,13 +130,20 @@ func TestPostgres_Contract(t *testing.T) {
 // the lock: exactly one range is granted for the request.
 func TestPostgres_RetryWhileInFlight(t *testing.T) {
 	store, _ := openPostgres(t)
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	createTag(t, store, allocator.TagSpec{Name: "order", Step: 10})
 
 	locker, err := store.Pool().Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A failing test releases the lock before the store's cleanup.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = locker.Rollback(ctx) // after the test's own rollback: ErrTxClosed
+	})
 	if _, err := locker.Exec(ctx, `SELECT 1 FROM idmint_tags WHERE biz_tag = 'order' FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}
@@ -146,13 +159,34 @@ func TestPostgres_RetryWhileInFlight(t *testing.T) {
 			results <- result{seg, err}
 		}()
 	}
-	time.Sleep(200 * time.Millisecond) // both statements are now queued on the lock
+	// Both statements are queued on the lock: two sessions of this
+	// database wait on a lock.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var waiting int
+		if err := store.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sessions wait on the row lock after 30s, want 2", waiting)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if err := locker.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
 	var granted, already int
 	for range 2 {
-		r := <-results
+		var r result
+		select {
+		case r = <-results:
+		case <-ctx.Done():
+			t.Fatal("an allocation did not return after the lock was released")
+		}
 		switch {
 		case r.err == nil:
 			granted++
@@ -166,7 +200,9 @@ func TestPostgres_RetryWhileInFlight(t *testing.T) {
 		t.Fatalf("granted %d, already granted %d; want 1 and 1", granted, already)
 	}
 	var rows int
-	store.Pool().QueryRow(ctx, `SELECT count(*) FROM idmint_segments WHERE request_id = $1`, req.ID).Scan(&rows)
+	if err := store.Pool().QueryRow(ctx, `SELECT count(*) FROM idmint_segments WHERE request_id = $1`, req.ID).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
 	if got := maxID(t, store, "order"); got != 10 || rows != 1 {
 		t.Fatalf("max_id %d, %d log rows; want 10 and 1", got, rows)
 	}
@@ -187,7 +223,9 @@ func TestPostgres_Uniqueness(t *testing.T) {
 	}
 	n := hammer(t, allocators, "order", goroutines, perGoroutine)
 	var segments int64
-	store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM idmint_segments`).Scan(&segments)
+	if err := store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM idmint_segments`).Scan(&segments); err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("%d ids from %d instances x %d goroutines, %d segments of 10, max_id %d: 0 duplicates",
 		n, instances, goroutines, segments, maxID(t, store, "order"))
 }

@@ -36,7 +36,7 @@ func findChromium(tb testing.TB) string {
 	if os.Getenv("IDMINT_TEST_REQUIRE_BROWSER") == "1" {
 		tb.Fatal(msg + " (IDMINT_TEST_REQUIRE_BROWSER=1: the browser test must run)")
 	}
-	tb.Skip(msg)
+	pgtest.SkipOptional(tb, msg)
 	return ""
 }
 
@@ -129,7 +129,9 @@ func parseRows(tb testing.TB, dom string) map[string]domRow {
 // screenshot and checks the bars are in it.
 func TestDashboard_Browser(t *testing.T) {
 	bin := findChromium(t)
-	p := newPGInstance(t, map[string]int64{"order": 1000, "user": 200, "payment": 50}, nil)
+	// The last subtest stops the database: a server pgtest owns.
+	pg := pgtest.Owned(t)
+	p := newPGInstance(t, pg, map[string]int64{"order": 1000, "user": 200, "payment": 50}, nil)
 
 	// order: past the threshold, next range ready. user: a few IDs, no
 	// next range yet. payment: the database goes back in time, and its
@@ -251,7 +253,6 @@ func TestDashboard_Browser(t *testing.T) {
 	}
 
 	t.Run("database down", func(t *testing.T) {
-		pg := pgtest.Shared(t)
 		pg.Stop(t, false)
 		defer pg.Start(t)
 		dom := string(runChromium(t, bin, url, 2000, "--dump-dom"))

@@ -44,12 +44,13 @@ type pgInstance struct {
 	store *lossyStore
 }
 
-// newPGInstance migrates a fresh database, creates tags (name → step) and
-// serves the API over it with metrics wired as cmd/idmint wires them.
-func newPGInstance(tb testing.TB, tags map[string]int64, mod func(*allocator.Config)) *pgInstance {
+// newPGInstance migrates a fresh database on srv, creates tags (name →
+// step) and serves the API over it with metrics wired as cmd/idmint wires
+// them.
+func newPGInstance(tb testing.TB, server *pgtest.Server, tags map[string]int64, mod func(*allocator.Config)) *pgInstance {
 	tb.Helper()
 	ctx := context.Background()
-	url := pgtest.Shared(tb).NewDatabase(tb)
+	url := server.NewDatabase(tb)
 	pg, err := allocator.OpenPostgres(ctx, url)
 	if err != nil {
 		tb.Fatal(err)
@@ -146,8 +147,9 @@ func hasReason(h httpapi.Health, part string) bool {
 func TestHealth_Fields(t *testing.T) {
 	// The tag catalog is read again at every miss, so that a made-up tag
 	// during the outage below is one the instance cannot tell from a real
-	// one.
-	p := newPGInstance(t, map[string]int64{"order": 100}, func(c *allocator.Config) { c.CatalogInterval = time.Nanosecond })
+	// one. The outage subtest stops the database: a server pgtest owns.
+	srv := pgtest.Owned(t)
+	p := newPGInstance(t, srv, map[string]int64{"order": 100}, func(c *allocator.Config) { c.CatalogInterval = time.Nanosecond })
 
 	t.Run("fresh", func(t *testing.T) {
 		status, h := p.health(t, "")
@@ -216,11 +218,11 @@ func TestHealth_Fields(t *testing.T) {
 	})
 
 	t.Run("database outage", func(t *testing.T) {
-		pgtest.Shared(t).Stop(t, false)
+		srv.Stop(t, false)
 		stopped := true
 		defer func() {
 			if stopped {
-				pgtest.Shared(t).Start(t)
+				srv.Start(t)
 			}
 		}()
 		status, h, th := p.tag(t, "order")
@@ -259,7 +261,7 @@ func TestHealth_Fields(t *testing.T) {
 			th.RemainingRatio != 0 || !hasReason(h, "buffers empty") {
 			t.Fatalf("dry: %d %+v", status, h)
 		}
-		pgtest.Shared(t).Start(t)
+		srv.Start(t)
 		stopped = false
 		eventually(t, "recovery", func() bool {
 			p.take(t, "order", 1)
@@ -303,7 +305,7 @@ func TestHealth_Fields(t *testing.T) {
 
 // TestHealth_UnknownTag: an unknown tag is a 404 and leaves no trace.
 func TestHealth_UnknownTag(t *testing.T) {
-	p := newPGInstance(t, map[string]int64{"order": 10}, nil)
+	p := newPGInstance(t, pgtest.Shared(t), map[string]int64{"order": 10}, nil)
 	status, _, body := getURL(t, p.srv.URL+"/id/health?biz_tag=nope")
 	if status != 404 || errorCode(t, body) != httpapi.CodeUnknownTag {
 		t.Fatalf("%d %s", status, body)

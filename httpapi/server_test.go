@@ -82,7 +82,10 @@ func get(tb testing.TB, srv *httptest.Server, path string, header ...string) (in
 		tb.Fatal(err)
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		tb.Fatal(err)
+	}
 	return resp.StatusCode, resp.Header, body
 }
 
@@ -176,8 +179,11 @@ func TestServer_Errors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, _ := io.ReadAll(resp.Body)
+	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if resp.StatusCode != 405 || errorCode(t, body) != httpapi.CodeMethod {
 		t.Fatalf("POST: %d %s", resp.StatusCode, body)
 	}
@@ -282,6 +288,31 @@ func FuzzRequest(f *testing.F) {
 		}
 		if rec.Header().Get("Content-Type") != "application/json" || !json.Valid(rec.Body.Bytes()) {
 			t.Fatalf("%s?%s: not JSON: %q", path, query, rec.Body)
+		}
+		if rec.Code != 200 || path == "/id/health" {
+			return
+		}
+		var body struct {
+			ID  string   `json:"id"`
+			IDs []string `json:"ids"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+			t.Fatalf("%s?%s: %v: %s", path, query, err, rec.Body)
+		}
+		ids := body.IDs
+		if path == "/id" {
+			ids = []string{body.ID}
+		}
+		if len(ids) == 0 {
+			t.Fatalf("%s?%s: 200 without an id: %s", path, query, rec.Body)
+		}
+		prev := int64(0)
+		for _, s := range ids {
+			id, err := strconv.ParseInt(s, 10, 64)
+			if err != nil || id <= prev {
+				t.Fatalf("%s?%s: id %q after %d, want positive and increasing: %s", path, query, s, prev, rec.Body)
+			}
+			prev = id
 		}
 	})
 }

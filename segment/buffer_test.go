@@ -195,6 +195,50 @@ func TestBuffer_Concurrent(t *testing.T) {
 	}
 }
 
+// TestBuffer_ConcurrentOneRange takes from many goroutines out of one
+// large range, so that they all race on the same next ID, for two seconds
+// (long enough for the scheduler to preempt takes midway many times): the
+// take must be one atomic step, or two goroutines get the same ID. Every
+// ID is marked in a bitmap as it is taken.
+func TestBuffer_ConcurrentOneRange(t *testing.T) {
+	const workers, most = 8, 1 << 23 // takes per worker at most
+	l := &counterLoader{minStep: workers * most}
+	b := newBuffer(t, l, nil)
+	first, err := b.Take(context.Background()) // load the range first
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := make([]atomic.Uint64, (workers*most)/64+1)
+	var taken, dups atomic.Int64
+	deadline := time.Now().Add(2 * time.Second)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := 0; i < most && (i%1024 != 0 || time.Now().Before(deadline)); i++ {
+				id, err := b.Take(context.Background())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				n := id - first - 1 // this range's IDs after first, from 0
+				if n < 0 || n >= int64(len(seen))*64 {
+					t.Errorf("id %d outside the range after %d", id, first)
+					return
+				}
+				if bit := uint64(1) << (n % 64); seen[n/64].Or(bit)&bit != 0 {
+					dups.Add(1)
+				}
+				taken.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if d := dups.Load(); d != 0 {
+		t.Fatalf("%d duplicate ids among %d takes: two takes got the same id", d, taken.Load())
+	}
+	t.Logf("%d takes from %d goroutines, no duplicate", taken.Load(), workers)
+}
+
 func TestBuffer_Unavailable(t *testing.T) {
 	t.Run("fails fast when the loader fails", func(t *testing.T) {
 		l := &counterLoader{minStep: 10, fail: errors.New("connection refused")}
@@ -263,7 +307,10 @@ func TestBuffer_AntiRollback(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "prefetch", func() bool { st := b.Stats(); return st.NextRange != nil })
-	ids, _ = b.TakeN(context.Background(), 10, ids) // [21,30] served; highest granted is 30 or more
+	ids, err = b.TakeN(context.Background(), 10, ids) // [21,30] served; highest granted is 30 or more
+	if err != nil {
+		t.Fatal(err)
+	}
 	waitFor(t, "prefetch", func() bool { st := b.Stats(); return !st.Loading })
 	highest := b.Stats().Highest
 
@@ -272,7 +319,12 @@ func TestBuffer_AntiRollback(t *testing.T) {
 	l.maxID = 5
 	l.mu.Unlock()
 
-	for {
+	// At most what was granted before the rollback can still be served;
+	// the bound makes a buffer that serves refused ranges fail, not spin.
+	for i := 0; ; i++ {
+		if i > int(highest) {
+			t.Fatalf("%d ids served after the rollback, more than the %d granted before it: a refused range is being served", i, highest)
+		}
 		id, err := b.Take(context.Background())
 		if err != nil {
 			if !errors.Is(err, segment.ErrRolledBack) {

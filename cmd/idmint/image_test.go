@@ -18,6 +18,8 @@ import (
 	"github.com/testcontainers/testcontainers-go/modules/postgres"
 	tcnetwork "github.com/testcontainers/testcontainers-go/network"
 	"github.com/testcontainers/testcontainers-go/wait"
+
+	"github.com/idmint/idmint/internal/pgtest"
 )
 
 // TestImage runs the idmint container image (IDMINT_TEST_IMAGE, built by
@@ -30,7 +32,7 @@ func TestImage(t *testing.T) {
 		if os.Getenv("CI") != "" {
 			t.Fatal("IDMINT_TEST_IMAGE is not set: CI must build the idmint image (make image) and test it")
 		}
-		t.Skip("IDMINT_TEST_IMAGE not set: build the image with `make image IMAGE=idmint:dev` and set IDMINT_TEST_IMAGE=idmint:dev")
+		pgtest.SkipOptional(t, "IDMINT_TEST_IMAGE not set: build the image with `make image IMAGE=idmint:dev` and set IDMINT_TEST_IMAGE=idmint:dev")
 	}
 	pgImage := os.Getenv("IDMINT_TEST_POSTGRES_IMAGE")
 	if pgImage == "" {

@@ -73,8 +73,13 @@ func startServe(tb testing.TB, args ...string) (string, func()) {
 	stop := func() {
 		once.Do(func() {
 			cancel()
-			if err := <-done; err != nil {
-				tb.Errorf("serve: %v\n%s", err, logs.String())
+			select {
+			case err := <-done:
+				if err != nil {
+					tb.Errorf("serve: %v\n%s", err, logs.String())
+				}
+			case <-time.After(time.Minute):
+				tb.Errorf("serve did not stop within a minute of its context's end\n%s", logs.String())
 			}
 		})
 	}
@@ -193,9 +198,12 @@ func TestServe_SingleMachine(t *testing.T) {
 	}
 	base, _ = startServe(t, "--tag", "order,user")
 	status := getJSON(t, base+"/id?biz_tag=demo", &one)
-	next, _ := strconv.ParseInt(one.ID, 10, 64)
-	last, _ := strconv.ParseInt(many.IDs[len(many.IDs)-1], 10, 64)
-	if status != 200 || next <= last {
+	if len(many.IDs) != 5 {
+		t.Fatalf("/ids?count=5 gave %v", many.IDs)
+	}
+	next, err1 := strconv.ParseInt(one.ID, 10, 64)
+	last, err2 := strconv.ParseInt(many.IDs[len(many.IDs)-1], 10, 64)
+	if status != 200 || err1 != nil || err2 != nil || next <= last {
 		t.Fatalf("after restart: %d %+v, want above %d", status, one, last)
 	}
 	for _, tag := range []string{"order", "user"} {

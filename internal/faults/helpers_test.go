@@ -87,6 +87,24 @@ func maxID(tb testing.TB, store *allocator.Postgres, tag string) int64 {
 	return 0
 }
 
+// ledger reads a tag's max_id with the count and total size of its logged
+// segments in one statement, so in one snapshot: an allocation committing
+// meanwhile is in all three or in none.
+func ledger(tb testing.TB, store *allocator.Postgres, tag string) (maxID, segments, granted int64) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := store.Pool().QueryRow(ctx, `
+		SELECT t.max_id, count(s.request_id), coalesce(sum(s.last_id - s.first_id + 1), 0)
+		FROM idmint_tags t LEFT JOIN idmint_segments s ON s.biz_tag = t.biz_tag
+		WHERE t.biz_tag = $1
+		GROUP BY t.max_id`, tag).Scan(&maxID, &segments, &granted)
+	if err != nil {
+		tb.Fatalf("ledger of %s: %v", tag, err)
+	}
+	return maxID, segments, granted
+}
+
 // newInstance returns an allocator over store, closed at cleanup, with
 // test-sized timeouts that mod may change.
 func newInstance(tb testing.TB, store allocator.Store, name string, mod func(*allocator.Config)) *allocator.Allocator {
@@ -158,10 +176,21 @@ func (p *proxy) removeToxic(tb testing.TB, name string) {
 // how long it took.
 func waitFor(tb testing.TB, limit time.Duration, what string, cond func() bool) time.Duration {
 	tb.Helper()
+	return waitForOr(tb, limit, what, cond, nil)
+}
+
+// waitForOr is waitFor that, when it gives up, says what explain returns:
+// the state the condition was waiting on.
+func waitForOr(tb testing.TB, limit time.Duration, what string, cond func() bool, explain func() string) time.Duration {
+	tb.Helper()
 	start := time.Now()
 	for !cond() {
 		if time.Since(start) > limit {
-			tb.Fatalf("gave up after %v waiting for %s", limit, what)
+			state := ""
+			if explain != nil {
+				state = ":\n" + explain()
+			}
+			tb.Fatalf("gave up after %v waiting for %s%s", limit, what, state)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

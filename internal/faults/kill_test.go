@@ -135,11 +135,16 @@ func TestInstanceKilled(t *testing.T) {
 			var ranges [][2]int64
 			for rows.Next() {
 				var f, l int64
-				rows.Scan(&f, &l)
+				if err := rows.Scan(&f, &l); err != nil {
+					t.Fatal(err)
+				}
 				granted += l - f + 1
 				ranges = append(ranges, [2]int64{f, l})
 			}
 			rows.Close()
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
 			served := servedIn(c, tag, ranges)
 			skipped := granted - served
 			t.Logf("kill of %s, biz_tag %s: %d segments (%d ids) granted, %d served, %d skipped", name, tag, len(ranges), granted, served, skipped)

@@ -3,6 +3,7 @@ package faults_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -24,6 +25,7 @@ import (
 // take no second range for it, and hand out every ID once, without a gap.
 func TestLostReplyAfterCommit(t *testing.T) {
 	const rounds, step = 5, 10
+	const recoveryLimit = 5 * time.Second
 	dbURL := newDatabase(t, pgtest.Shared(t))
 	direct := open(t, dbURL)
 	createTag(t, direct, "order", step, step)
@@ -31,7 +33,7 @@ func TestLostReplyAfterCommit(t *testing.T) {
 	// One connection: it has prepared the allocation statement before the
 	// toxic goes on, so the first bytes PostgreSQL sends back for the
 	// allocation are its answer after COMMIT.
-	store := open(t, px.url+"&pool_max_conns=1")
+	store := &observedStore{Postgres: open(t, px.url+"&pool_max_conns=1")}
 	a := newInstance(t, store, "lost-reply", func(c *allocator.Config) {
 		c.Segment.LoadTimeout = 30 * time.Second
 	})
@@ -59,11 +61,13 @@ func TestLostReplyAfterCommit(t *testing.T) {
 			return st.NextRange != nil && !st.Loading
 		})
 		before := maxID(t, direct, "order")
+		calls := store.allocations()
+		// AddToxicJson returns once every open link of the proxy routes its
+		// stream through the toxic (toxiproxy interrupts each link's last
+		// stub and rewires it before it returns), so the next reply on the
+		// instance's one connection is the one lost. The wait below checks
+		// it happened.
 		px.addToxic(t, "lose-reply", "reset_peer", "downstream", `{"timeout":0}`)
-		// The proxy installs a toxic on its open links asynchronously: on a
-		// loaded machine a reply could still slip through right after the
-		// call returns, and then there is nothing to recover.
-		time.Sleep(200 * time.Millisecond)
 		// Take IDs until one starts a load: its reply is lost.
 		for i := 0; !tagStats(a, "order").Loading; i++ {
 			if i > 3*step {
@@ -72,9 +76,23 @@ func TestLostReplyAfterCommit(t *testing.T) {
 			take()
 		}
 		waitFor(t, 10*time.Second, "the allocation to commit", func() bool { return maxID(t, direct, "order") > before })
+		// The toxic acted: the allocation committed, and its attempt
+		// ended in an ambiguous error, not a reply.
+		waitFor(t, 10*time.Second, "the allocation's reply to be lost", func() bool {
+			now := store.allocations()
+			if now.ok > calls.ok {
+				t.Fatalf("round %d: an allocation got its reply with the toxic on: the toxic was not in place", round)
+			}
+			return now.ambiguous > calls.ambiguous
+		})
 		px.removeToxic(t, "lose-reply")
 		d := waitFor(t, 20*time.Second, "the range to be recovered", func() bool { return tagStats(a, "order").Recovered == int64(round) })
 		t.Logf("round %d: reply lost after commit, range recovered by request id %v after the proxy healed", round, d.Round(time.Millisecond))
+		// Retries back off at most 100ms here: a recovery that takes
+		// seconds waits for something it should not.
+		if d > recoveryLimit {
+			t.Fatalf("round %d: the range was recovered %v after the proxy healed, more than %v", round, d, recoveryLimit)
+		}
 		// The recovery ran on a new connection; let it run one allocation
 		// too, so that it has the statement prepared for the next round.
 		loads := tagStats(a, "order").Loads
@@ -98,15 +116,11 @@ func TestLostReplyAfterCommit(t *testing.T) {
 	if tr.Lowest != 1 || tr.Missing != 0 {
 		t.Fatalf("ids %d..%d with %d missing: a lost reply cost a range", tr.Lowest, tr.Highest, tr.Missing)
 	}
-	// The last take may have started a prefetch: let it commit (or not)
-	// before max_id and the log are compared.
-	waitFor(t, 10*time.Second, "the prefetch in flight", func() bool { return !tagStats(a, "order").Loading })
-	var segments, granted int64
-	if err := direct.Pool().QueryRow(ctx, `SELECT count(*), coalesce(sum(last_id - first_id + 1), 0) FROM idmint_segments WHERE biz_tag = 'order'`).Scan(&segments, &granted); err != nil {
-		t.Fatal(err)
-	}
+	// max_id and the segment log in one snapshot (one statement): a
+	// prefetch that commits meanwhile moves both or neither.
+	m, segments, granted := ledger(t, direct, "order")
 	// Only the instance's buffered ranges may be above what was served.
-	if m := maxID(t, direct, "order"); m != granted || m-tr.Highest > 2*step {
+	if m != granted || m-tr.Highest > 2*step {
 		t.Fatalf("max_id %d, %d ids in %d logged segments, highest served %d: a request was granted twice", m, granted, segments, tr.Highest)
 	}
 
@@ -124,6 +138,36 @@ func TestLostReplyAfterCommit(t *testing.T) {
 	}
 	t.Logf("%d lost replies, all recovered (recovered_replies %d); %d ids served in %d segments, 0 duplicates, 0 gaps",
 		rounds, h.Tags[0].Recovered, tr.IDs, segments)
+}
+
+// observedStore counts how the allocations of a store ended.
+type observedStore struct {
+	*allocator.Postgres
+	mu    sync.Mutex
+	calls allocationCounts
+}
+
+type allocationCounts struct{ ok, ambiguous, other int }
+
+func (s *observedStore) Allocate(ctx context.Context, req allocator.Request) (allocator.Segment, error) {
+	seg, err := s.Postgres.Allocate(ctx, req)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case err == nil:
+		s.calls.ok++
+	case errors.Is(err, allocator.ErrAmbiguous):
+		s.calls.ambiguous++
+	default:
+		s.calls.other++
+	}
+	return seg, err
+}
+
+func (s *observedStore) allocations() allocationCounts {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls
 }
 
 // countingStore counts the allocation attempts of each request ID.
@@ -171,11 +215,19 @@ func TestRetryWhileInFlight(t *testing.T) {
 		c.Segment.WaitTimeout = 30 * time.Second
 	})
 
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	locker, err := direct.Pool().Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Registered after the instance's, so it runs first: a failing test
+	// releases the lock before the instance's Close waits for its load.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = locker.Rollback(ctx) // after the test's own rollback: ErrTxClosed
+	})
 	if _, err := locker.Exec(ctx, `SELECT 1 FROM idmint_tags WHERE biz_tag = 'order' FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +244,12 @@ func TestRetryWhileInFlight(t *testing.T) {
 	if err := locker.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	res := <-first
+	var res result
+	select {
+	case res = <-first:
+	case <-time.After(time.Minute):
+		t.Fatal("Next did not return within a minute of the lock's release")
+	}
 	if res.err != nil || res.id != 1 {
 		t.Fatalf("Next = %d, %v; want 1", res.id, res.err)
 	}
@@ -220,14 +277,8 @@ func TestRetryWhileInFlight(t *testing.T) {
 	if rows != 1 || first64 != 1 || last64 != step {
 		t.Fatalf("request %s: %d segments [%d, %d]; want exactly one, [1, %d]", reqID, rows, first64, last64, step)
 	}
-	// One statement, one snapshot: a prefetch may commit meanwhile.
-	var m, granted int64
-	if err := direct.Pool().QueryRow(ctx, `SELECT max_id, (SELECT sum(last_id - first_id + 1) FROM idmint_segments s WHERE s.biz_tag = t.biz_tag)
-FROM idmint_tags t WHERE biz_tag = 'order'`).Scan(&m, &granted); err != nil {
-		t.Fatal(err)
-	}
-	if m != granted {
-		t.Fatalf("max_id %d but logged segments hold %d ids: an attempt moved max_id without a segment", m, granted)
+	if m, segments, granted := ledger(t, direct, "order"); m != granted {
+		t.Fatalf("max_id %d but %d logged segments hold %d ids: an attempt moved max_id without a segment", m, segments, granted)
 	}
 	t.Logf("request %s: %d attempts while the original was held in PostgreSQL, exactly 1 segment granted; %d ids, 0 duplicates, 0 gaps",
 		reqID, attempts, r.IDs())

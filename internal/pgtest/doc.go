@@ -15,7 +15,8 @@
 //
 //  1. IDMINT_TEST_DATABASE_URL set: that existing server ("external"). Tests
 //     create and drop their own databases on it, so the URL's user needs
-//     CREATEDB. Stop, Start and Restart skip the test.
+//     CREATEDB. It cannot be stopped: tests that take the database away
+//     ask for Owned (or New), which start a second server from 2 or 3.
 //  2. A Docker engine answers: a container from testcontainers-go's
 //     modules/postgres ("testcontainers"), image IDMINT_TEST_POSTGRES_IMAGE
 //     (default postgres:17-alpine; air-gapped machines build one with
@@ -35,6 +36,14 @@
 // unavailable offline). A run killed before Main returns (a test timeout, a
 // signal) leaves its server behind; the next run on the machine removes
 // servers whose owning process is gone.
+//
+// No silent skips: a test whose scenario this machine cannot run (an
+// external server it would have to stop, and no Docker or binaries for one
+// of its own) fails with the reason, unless IDMINT_TEST_ALLOW_SKIP names it
+// (comma-separated top-level test names, or "all"); see Skip. With
+// IDMINT_TEST_REPORT set to a file, every test that used a server appends
+// "mode, package, test, outcome" to it, and every scenario that did not run
+// says why; `make test` prints it.
 //
 // Restarting a server (for fault injection) disturbs every test using it: do
 // it in tests that do not run in parallel with other users of Shared, or on a

@@ -149,7 +149,7 @@ func (s *Server) Restart(tb testing.TB, immediate bool) {
 func (s *Server) controllable(tb testing.TB) backend {
 	tb.Helper()
 	if s.backend == nil {
-		tb.Skipf("pgtest: cannot stop or start an %s server (unset %s to use a server pgtest owns)", s.kind, envDatabaseURL)
+		Skip(tb, fmt.Sprintf("pgtest: cannot stop or start an %s server: use Owned or New, which start a server pgtest owns", s.kind))
 	}
 	return s.backend
 }
@@ -173,12 +173,16 @@ func (s *Server) exec(ctx context.Context, sql string) error {
 	return err
 }
 
-// shared is the server behind Shared.
+// shared is the server behind Shared, and the one behind Owned when the
+// shared one is external.
 var shared struct {
 	mu     sync.Mutex
 	inMain bool
 	server *Server
 	err    error // the first start's failure, reported to every caller
+
+	owned    *Server
+	ownedErr error
 }
 
 // Main runs the package's tests with a lazily started shared server and stops
@@ -195,17 +199,20 @@ func Main(m *testing.M) int {
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
 	shared.inMain = false
-	if s := shared.server; s != nil {
-		shared.server = nil
+	for _, s := range []*Server{shared.server, shared.owned} {
+		if s == nil {
+			continue
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
-		defer cancel()
 		if err := s.close(ctx); err != nil {
 			fmt.Fprintf(os.Stderr, "pgtest: stopping the %s server: %v\n", s.kind, err)
 			if code == 0 {
 				code = 1
 			}
 		}
+		cancel()
 	}
+	shared.server, shared.owned = nil, nil
 	return code
 }
 
@@ -213,6 +220,14 @@ func Main(m *testing.M) int {
 // fails the test if no server can be had, saying what to install. The
 // package's TestMain must call Main, which stops the server.
 func Shared(tb testing.TB) *Server {
+	tb.Helper()
+	s := sharedServer(tb)
+	record(tb, s.kind, "ran")
+	return s
+}
+
+// sharedServer is Shared without the report line.
+func sharedServer(tb testing.TB) *Server {
 	tb.Helper()
 	shared.mu.Lock()
 	defer shared.mu.Unlock()
@@ -228,16 +243,47 @@ func Shared(tb testing.TB) *Server {
 	return shared.server
 }
 
-// New starts a private server for tb, chosen like the shared one, and removes
-// it when tb's test finishes. It suits tests that stop or restart the server
-// while other tests keep using the shared one. Starting a server takes
-// seconds: prefer Shared.
+// Owned returns a server that pgtest started and can stop and start, for
+// tests that take the database away: the shared server, unless that one is
+// external (IDMINT_TEST_DATABASE_URL); then a second server, from Docker or
+// the local binaries, started on first use and stopped by Main. When this
+// machine has neither, the test cannot run its scenario: see Skip.
+func Owned(tb testing.TB) *Server {
+	tb.Helper()
+	s := sharedServer(tb)
+	if s.backend != nil {
+		record(tb, s.kind, "ran")
+		return s
+	}
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	if shared.owned == nil && shared.ownedErr == nil {
+		shared.owned, shared.ownedErr = startOwned()
+	}
+	if err := shared.ownedErr; err != nil {
+		if errors.Is(err, errNoOwned) {
+			Skip(tb, fmt.Sprintf("pgtest: the test stops the database, and the %s server cannot be stopped: %v", s.kind, err))
+		}
+		tb.Fatalf("pgtest: %v", err)
+	}
+	record(tb, shared.owned.kind, "ran")
+	return shared.owned
+}
+
+// New starts a private server for tb, chosen like the shared one but never
+// external (see Owned), and removes it when tb's test finishes. It suits
+// tests that stop or restart the server while other tests keep using the
+// shared one. Starting a server takes seconds: prefer Shared.
 func New(tb testing.TB) *Server {
 	tb.Helper()
-	s, err := start()
+	s, err := startOwned()
+	if errors.Is(err, errNoOwned) {
+		Skip(tb, fmt.Sprintf("pgtest: the test needs a private server it can stop: %v", err))
+	}
 	if err != nil {
 		tb.Fatalf("pgtest: %v", err)
 	}
+	record(tb, s.kind, "ran")
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 		defer cancel()
@@ -290,6 +336,37 @@ func start() (*Server, error) {
 	return nil, fmt.Errorf("no PostgreSQL server for the tests: install Docker (and make its engine answer), "+
 		"or install the PostgreSQL server binaries (e.g. apt-get install postgresql), "+
 		"or set %s to an existing server's URL\n\tdocker: %v\n\tlocal: %v", envDatabaseURL, dockerErr, localErr)
+}
+
+// errNoOwned means pgtest can start no server of its own here: no Docker
+// engine and no server binaries.
+var errNoOwned = errors.New("no server pgtest can start and stop")
+
+// startOwned starts a server pgtest owns, chosen like start but skipping an
+// external one.
+func startOwned() (*Server, error) {
+	mode := os.Getenv(envMode)
+	if mode == "docker" || mode == "local" || (mode == "" && os.Getenv(envDatabaseURL) == "") {
+		return start()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	// Docker first, as start does; local binaries when Docker cannot give
+	// a server (no engine, or no image offline).
+	dockerErr := dockerAvailable(ctx)
+	if dockerErr == nil {
+		s, err := startDocker(ctx)
+		if err == nil {
+			return s, nil
+		}
+		dockerErr = err
+	}
+	bin, localErr := findBinaries()
+	if localErr == nil {
+		return startLocal(ctx, bin)
+	}
+	return nil, fmt.Errorf("%w: install Docker or the PostgreSQL server binaries (apt-get install postgresql)\n\tdocker: %v\n\tlocal: %v",
+		errNoOwned, dockerErr, localErr)
 }
 
 func startExternal(ctx context.Context, rawURL string) (*Server, error) {

@@ -3,6 +3,8 @@ package pgtest
 import (
 	"context"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -110,10 +112,7 @@ func TestServer_NewDatabase(t *testing.T) {
 }
 
 func TestServer_Restart(t *testing.T) {
-	s := Shared(t)
-	if s.Kind() == KindExternal {
-		t.Skip("an external server cannot be restarted")
-	}
+	s := Owned(t)
 	url := s.NewDatabase(t)
 	ctx := context.Background()
 	setup := connect(t, url)
@@ -168,10 +167,7 @@ func TestServer_Restart(t *testing.T) {
 }
 
 func TestServer_StopStart(t *testing.T) {
-	s := Shared(t)
-	if s.Kind() == KindExternal {
-		t.Skip("an external server cannot be stopped")
-	}
+	s := Owned(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
@@ -204,7 +200,8 @@ func TestExternal(t *testing.T) {
 	}
 
 	var skipped bool
-	t.Run("restart skips", func(t *testing.T) {
+	t.Run("restart skips when allowed", func(t *testing.T) {
+		t.Setenv(envAllowSkip, "other,"+topName(t))
 		defer func() { skipped = t.Skipped() }()
 		s.Restart(t, true)
 	})
@@ -222,19 +219,35 @@ func TestNew(t *testing.T) {
 		t.Skip("starts a second server")
 	}
 	shared := Shared(t)
-	if shared.Kind() == KindExternal {
-		t.Skip("New with an external server gives the same server")
-	}
 	s := New(t)
 	if s == shared || s.URL() == shared.URL() {
 		t.Fatalf("New gave the shared server %s", s.URL())
 	}
-	if s.Kind() != shared.Kind() {
-		t.Fatalf("New gave a %s server, Shared a %s one", s.Kind(), shared.Kind())
+	if want := shared.Kind(); s.Kind() != want && (want != KindExternal || s.Kind() == KindExternal) {
+		t.Fatalf("New gave a %s server, Shared a %s one", s.Kind(), want)
 	}
 	s.Restart(t, true)
 	if err := ping(context.Background(), s.NewDatabase(t)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestAllowSkip(t *testing.T) {
+	for _, tt := range []struct {
+		name, env string
+		want      bool
+	}{
+		{name: "unset", env: "", want: false},
+		{name: "other tests", env: "TestA,TestB", want: false},
+		{name: "named", env: "TestA, TestCrash", want: true},
+		{name: "all", env: "all", want: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv(envAllowSkip, tt.env)
+			if got := allowSkip("TestCrash"); got != tt.want {
+				t.Fatalf("%s=%q: allowSkip(TestCrash) = %v, want %v", envAllowSkip, tt.env, got, tt.want)
+			}
+		})
 	}
 }
 
@@ -274,6 +287,40 @@ func TestWithDatabase(t *testing.T) {
 			got, err := withDatabase(tt.in, "db1")
 			if (err != nil) != tt.err || got != tt.want {
 				t.Fatalf("withDatabase(%q) = %q, %v; want %q, error %v", tt.in, got, err, tt.want, tt.err)
+			}
+		})
+	}
+}
+
+// TestSkip runs a test that calls Skip in a child process: it fails, naming
+// the variable that would let it skip, unless that variable names it; the
+// report lists it as not run either way.
+func TestSkip(t *testing.T) {
+	if os.Getenv("PGTEST_SKIP_CHILD") == "1" {
+		Skip(t, "this machine cannot run the scenario")
+		return
+	}
+	for _, tt := range []struct {
+		name, allow string
+		pass        bool
+		out, report string
+	}{
+		{name: "fails", allow: "", pass: false, out: envAllowSkip + "=TestSkip", report: "NOT RUN: this machine cannot run the scenario"},
+		{name: "skips when allowed", allow: "TestSkip", pass: true, out: "--- SKIP: TestSkip", report: "SKIPPED: this machine cannot run the scenario"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			report := filepath.Join(t.TempDir(), "report")
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestSkip$", "-test.v")
+			cmd.Env = append(os.Environ(), "PGTEST_SKIP_CHILD=1", envAllowSkip+"="+tt.allow, envReport+"="+report)
+			out, err := cmd.CombinedOutput()
+			if (err == nil) != tt.pass || !strings.Contains(string(out), tt.out) {
+				t.Fatalf("child: %v, want passing %v and %q in:\n%s", err, tt.pass, tt.out, out)
+			}
+			lines, err := os.ReadFile(report)
+			if err != nil || !strings.Contains(string(lines), "\tTestSkip\t"+tt.report) {
+				t.Fatalf("report %q, %v; want TestSkip %q", lines, err, tt.report)
 			}
 		})
 	}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -379,6 +380,61 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		}
 	})
 
+	t.Run("an unsettled request resumes on the next load", func(t *testing.T) {
+		s := open(t)
+		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10, MaxStep: 10})
+		// The first allocation commits, its reply is lost, and the store
+		// stays unreachable past the load's deadline.
+		flaky := &unreachableStore{Store: s}
+		flaky.down.Store(true)
+		a := allocator.New(allocator.Config{
+			Store:    flaky,
+			Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+			RetryMin: time.Millisecond,
+			RetryMax: 5 * time.Millisecond,
+			Segment: segment.Config{
+				Period: time.Nanosecond, WaitTimeout: 5 * time.Second, LoadTimeout: 50 * time.Millisecond,
+				MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond,
+			},
+		})
+		defer a.Close(context.Background())
+		if _, err := a.Next(t.Context(), "order"); !errors.Is(err, allocator.ErrUnavailable) {
+			t.Fatalf("Next while unreachable: %v, want ErrUnavailable", err)
+		}
+		lost, ok := flaky.committed()
+		if !ok {
+			t.Fatal("no allocation committed before the store went away")
+		}
+		if got := maxID(t, s, "order"); got != lost.Last {
+			t.Fatalf("max_id %d, want %d: only the lost allocation committed", got, lost.Last)
+		}
+		flaky.down.Store(false)
+		// The next load, once the failed one's backoff is over, resumes
+		// the same request ID and serves its range; a new request would
+		// have been granted [11, 20].
+		var ids []int64
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var err error
+			ids, err = a.NextN(t.Context(), "order", 25)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, allocator.ErrUnavailable) || time.Now().After(deadline) {
+				t.Fatalf("Next after the store came back: %v", err)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		for i, id := range ids {
+			if id != int64(i+1) {
+				t.Fatalf("ids[%d] = %d, want %d: the unsettled request's range was not resumed", i, id, i+1)
+			}
+		}
+		if seg, err := s.Lookup(t.Context(), lost.RequestID); err != nil || seg.First != 1 || seg.Last != 10 {
+			t.Fatalf("Lookup(%s) = %+v, %v; want [1, 10]", lost.RequestID, seg, err)
+		}
+	})
+
 	t.Run("tag administration", func(t *testing.T) {
 		s := open(t)
 		created, err := s.CreateTag(t.Context(), allocator.TagSpec{Name: "user", Description: "users"})
@@ -484,6 +540,60 @@ func (s *losingStore) lost() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.dropped
+}
+
+// unreachableStore commits the first allocation but loses its reply, and
+// from then on, while down, fails every call as an unreachable database
+// would.
+type unreachableStore struct {
+	allocator.Store
+	down atomic.Bool
+	mu   sync.Mutex // protects first
+	// first is the allocation that committed with its reply lost.
+	first *allocator.Segment
+}
+
+var errUnreachable = errors.New("connect: connection refused (the test's store is down)")
+
+func (s *unreachableStore) Allocate(ctx context.Context, req allocator.Request) (allocator.Segment, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.first == nil {
+		seg, err := s.Store.Allocate(ctx, req)
+		if err != nil {
+			return seg, err
+		}
+		s.first = &seg
+		return allocator.Segment{}, fmt.Errorf("%w: reply dropped by the test", allocator.ErrAmbiguous)
+	}
+	if s.down.Load() {
+		return allocator.Segment{}, errUnreachable
+	}
+	return s.Store.Allocate(ctx, req)
+}
+
+func (s *unreachableStore) Lookup(ctx context.Context, id uuid.UUID) (allocator.Segment, error) {
+	if s.down.Load() {
+		return allocator.Segment{}, errUnreachable
+	}
+	return s.Store.Lookup(ctx, id)
+}
+
+func (s *unreachableStore) Ping(ctx context.Context) error {
+	if s.down.Load() {
+		return errUnreachable
+	}
+	return s.Store.Ping(ctx)
+}
+
+// committed returns the allocation whose reply was lost.
+func (s *unreachableStore) committed() (allocator.Segment, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.first == nil {
+		return allocator.Segment{}, false
+	}
+	return *s.first, true
 }
 
 func newRequest(tag string, size int64) allocator.Request {

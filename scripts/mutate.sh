@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# scripts/mutate.sh (make mutate): mutation testing of idmint's core. For each
+# mutation in scripts/mutations.txt it copies the source tree, applies the
+# mutation, runs the tests named for it, and reports whether they failed
+# (killed) or passed (SURVIVED). Exits 1 if any mutation survives or cannot
+# be applied. Not part of CI: run it after changing the core or its tests.
+#
+#   scripts/mutate.sh                  all mutations
+#   scripts/mutate.sh NAME...          only these
+#   MUTATE_GOFLAGS='-race' scripts/mutate.sh
+#
+# Tests that need PostgreSQL find it as `make test` does (IDMINT_TEST_PG,
+# IDMINT_TEST_DATABASE_URL, ...). The source tree is never modified.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+list=$root/scripts/mutations.txt
+GO=${GO:-go}
+timeout=${MUTATE_TIMEOUT:-10m}
+read -r -a goflags <<<"${MUTATE_GOFLAGS:-}"
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/idmint-mutate.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+# The tree as it is now (committed or not), without .git.
+(cd "$root" && git ls-files -co --exclude-standard -z) |
+	(cd "$root" && tar --null -T - -cf -) | tar -C "$work" -xf -
+
+# replace FILE: replaces $OLD by $NEW in FILE; fails unless OLD occurs once.
+replace() {
+	perl -e '
+		local $/; my $f = shift; open(my $in, "<", $f) or die "$f: $!";
+		my $s = <$in>; close $in;
+		my ($o, $n) = ($ENV{OLD}, $ENV{NEW});
+		my $c = () = $s =~ /\Q$o\E/g;
+		exit 3 if $c != 1;
+		$s =~ s/\Q$o\E/$n/;
+		open(my $out, ">", $f) or die "$f: $!"; print $out $s; close $out;
+	' "$1"
+}
+
+# Parse the list into parallel arrays; subs[i] holds "old\x1fnew\x1e" pairs.
+names=() whats=() tests=() files=() subs=()
+i=-1 field=
+while IFS= read -r line || [[ -n $line ]]; do
+	if [[ $line == $'\t'* && -n $field ]]; then
+		case $field in
+		old) cur_old+=$'\n'"$line" ;;
+		new) cur_new+=$'\n'"$line" ;;
+		esac
+		continue
+	fi
+	if [[ $field == new ]]; then
+		subs[i]+="$cur_old"$'\x1f'"$cur_new"$'\x1e'
+		field=
+	fi
+	case $line in
+	'#'* | '') field= ;;
+	name:\ *) i=$((i + 1)); names[i]=${line#name: }; subs[i]= ;;
+	what:\ *) whats[i]=${line#what: } ;;
+	test:\ *) tests[i]=${line#test: } ;;
+	file:\ *) files[i]=${line#file: } ;;
+	old:\ *) cur_old=${line#old: } field=old ;;
+	new:\ *) cur_new=${line#new: } field=new ;;
+	*) echo "mutations.txt: cannot parse: $line" >&2; exit 2 ;;
+	esac
+done <"$list"
+if [[ $field == new ]]; then subs[i]+="$cur_old"$'\x1f'"$cur_new"$'\x1e'; fi
+
+selected=("$@")
+chosen=()
+for i in "${!names[@]}"; do
+	if ((${#selected[@]} == 0)) || [[ " ${selected[*]} " == *" ${names[i]} "* ]]; then
+		chosen+=("$i")
+	fi
+done
+
+# run_tests SPEC LOG: runs one test spec in the work tree.
+run_tests() {
+	local -a args
+	read -r -a args <<<"$1"
+	(cd "$work" && $GO test "${goflags[@]}" -count=1 -timeout "$timeout" "${args[@]}") >>"$2" 2>&1
+}
+
+# Baseline: every test spec passes on the unmutated tree, or a failure
+# under a mutation would prove nothing.
+declare -A baseline=()
+for i in "${chosen[@]}"; do
+	spec=${tests[i]}
+	[[ -n ${baseline[$spec]:-} ]] && continue
+	baseline[$spec]=1
+	start=$SECONDS
+	if ! run_tests "$spec" "$work/baseline.log"; then
+		echo "baseline: go test $spec FAILS without any mutation; fix that first:" >&2
+		tail -n 30 "$work/baseline.log" >&2
+		exit 1
+	fi
+	printf '%-28s %4ss  passes unmutated: go test %s\n' baseline "$((SECONDS - start))" "$spec"
+done
+
+results=()
+failed=0
+for i in "${chosen[@]}"; do
+	name=${names[i]}
+	file=$work/${files[i]}
+	cp "$file" "$file.orig"
+	status=
+	IFS=$'\x1e' read -r -d '' -a pairs <<<"${subs[i]}" || true
+	for pair in "${pairs[@]}"; do
+		[[ $pair == *$'\x1f'* ]] || continue
+		if ! OLD=${pair%%$'\x1f'*} NEW=${pair#*$'\x1f'} replace "$file"; then
+			status="NOT APPLICABLE (the old text does not occur exactly once in ${files[i]})"
+		fi
+	done
+	read -r -a args <<<"${tests[i]}"
+	log=$work/$name.log
+	start=$SECONDS
+	if [[ -z $status ]]; then
+		pkgs=()
+		for a in "${args[@]}"; do [[ $a == ./* ]] && pkgs+=("$a"); done
+		if ! (cd "$work" && $GO vet "${pkgs[@]}") >"$log" 2>&1; then
+			status="DOES NOT COMPILE"
+		elif run_tests "${tests[i]}" "$log"; then
+			status="SURVIVED"
+		else
+			killers=$(grep -oE -- '--- FAIL: [^ ]+' "$log" | awk '{print $3}' | sort -u | head -3 | paste -sd, - || true)
+			status="killed by ${killers:-a failing test run}"
+		fi
+	fi
+	mv "$file.orig" "$file"
+	printf '%-28s %4ss  %s\n' "$name" "$((SECONDS - start))" "$status"
+	results+=("$name: $status")
+	if [[ $status != killed* ]]; then
+		failed=1
+		echo "    ${whats[i]}; its test run: $log" >&2
+		tail -n 20 "$log" >&2 || true
+	fi
+done
+
+echo
+survivors=$(printf '%s\n' "${results[@]}" | grep -vc ': killed' || true)
+echo "mutations: ${#results[@]}, killed: $((${#results[@]} - survivors)), not killed: $survivors"
+if ((failed)); then
+	trap - EXIT
+	echo "(work tree kept for inspection: $work)"
+	exit 1
+fi
