@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idmint/idmint/internal/hacluster"
+	"github.com/idmint/idmint/internal/pgtest"
 )
 
 // The failover drill's shape: load before the crash, load after the
@@ -68,7 +69,7 @@ type haResult struct {
 // DRILL_SERVE_ARGS (more idmint serve flags) shape it.
 func TestDrillHA(t *testing.T) {
 	if os.Getenv("IDMINT_DRILL_HA") == "" {
-		t.Skip("set IDMINT_DRILL_HA=1 to run the failover drill (make drill-ha; needs patroni, etcd and the PostgreSQL server binaries)")
+		pgtest.SkipOptional(t, "set IDMINT_DRILL_HA=1 to run the failover drill (make drill-ha; needs patroni, etcd and the PostgreSQL server binaries)")
 	}
 	modes := strings.Fields(strings.ReplaceAll(envOr("DRILL_MODES", "sync async"), ",", " "))
 	runs, err := strconv.Atoi(envOr("DRILL_RUNS", "1"))
