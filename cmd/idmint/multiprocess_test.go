@@ -111,7 +111,7 @@ func TestMultiProcess_SQLite(t *testing.T) {
 		killed               = make(chan struct{})
 		wg                   sync.WaitGroup
 	)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute) // generous: a bound for a failure, on a loaded machine
 	defer cancel()
 	httpc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
 	begin := time.Now()

@@ -383,10 +383,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 	t.Run("an unsettled request resumes on the next load", func(t *testing.T) {
 		s := open(t)
 		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10, MaxStep: 10})
-		// The first allocation commits, its reply is lost, and the store
-		// stays unreachable past the load's deadline.
 		flaky := &unreachableStore{Store: s}
-		flaky.down.Store(true)
 		a := allocator.New(allocator.Config{
 			Store:    flaky,
 			Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -398,12 +395,34 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 			},
 		})
 		defer a.Close(context.Background())
-		if _, err := a.Next(t.Context(), "order"); !errors.Is(err, allocator.ErrUnavailable) {
-			t.Fatalf("Next while unreachable: %v, want ErrUnavailable", err)
+		// The tag serves: [1, 10], and [11, 20] fetched ahead.
+		if _, err := a.NextN(t.Context(), "order", 5); err != nil {
+			t.Fatal(err)
 		}
+		waitUntil(t, "the next range", func() bool {
+			for _, st := range a.Stats() {
+				if st.Tag == "order" {
+					return st.NextRange != nil && !st.Loading
+				}
+			}
+			return false
+		})
+		// The next allocation ([21, 30]) commits, its reply is lost, and
+		// the store stays unreachable past the load's deadline.
+		flaky.armed.Store(true)
+		if _, err := a.NextN(t.Context(), "order", 15); err != nil { // 6..20
+			t.Fatal(err)
+		}
+		waitUntil(t, "the buffers to run dry", func() bool {
+			_, err := a.Next(t.Context(), "order")
+			if err != nil && !errors.Is(err, allocator.ErrUnavailable) {
+				t.Fatalf("Next while unreachable: %v, want ErrUnavailable", err)
+			}
+			return err != nil
+		})
 		lost, ok := flaky.committed()
-		if !ok {
-			t.Fatal("no allocation committed before the store went away")
+		if !ok || lost.First != 21 {
+			t.Fatalf("lost allocation %+v (%v), want [21, 30]", lost, ok)
 		}
 		if got := maxID(t, s, "order"); got != lost.Last {
 			t.Fatalf("max_id %d, want %d: only the lost allocation committed", got, lost.Last)
@@ -411,27 +430,23 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		flaky.down.Store(false)
 		// The next load, once the failed one's backoff is over, resumes
 		// the same request ID and serves its range; a new request would
-		// have been granted [11, 20].
+		// have been granted [31, 40].
 		var ids []int64
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		waitUntil(t, "service after the store came back", func() bool {
 			var err error
-			ids, err = a.NextN(t.Context(), "order", 25)
-			if err == nil {
-				break
-			}
-			if !errors.Is(err, allocator.ErrUnavailable) || time.Now().After(deadline) {
+			ids, err = a.NextN(t.Context(), "order", 15)
+			if err != nil && !errors.Is(err, allocator.ErrUnavailable) {
 				t.Fatalf("Next after the store came back: %v", err)
 			}
-			time.Sleep(time.Millisecond)
-		}
+			return err == nil
+		})
 		for i, id := range ids {
-			if id != int64(i+1) {
-				t.Fatalf("ids[%d] = %d, want %d: the unsettled request's range was not resumed", i, id, i+1)
+			if id != int64(21+i) {
+				t.Fatalf("ids[%d] = %d, want %d: the unsettled request's range was not resumed", i, id, 21+i)
 			}
 		}
-		if seg, err := s.Lookup(t.Context(), lost.RequestID); err != nil || seg.First != 1 || seg.Last != 10 {
-			t.Fatalf("Lookup(%s) = %+v, %v; want [1, 10]", lost.RequestID, seg, err)
+		if seg, err := s.Lookup(t.Context(), lost.RequestID); err != nil || seg.First != 21 || seg.Last != 30 {
+			t.Fatalf("Lookup(%s) = %+v, %v; want [21, 30]", lost.RequestID, seg, err)
 		}
 	})
 
@@ -542,13 +557,13 @@ func (s *losingStore) lost() int {
 	return s.dropped
 }
 
-// unreachableStore commits the first allocation but loses its reply, and
-// from then on, while down, fails every call as an unreachable database
-// would.
+// unreachableStore, once armed, commits the next allocation but loses its
+// reply, and from then on, while down, fails every call as an unreachable
+// database would.
 type unreachableStore struct {
 	allocator.Store
-	down atomic.Bool
-	mu   sync.Mutex // protects first
+	armed, down atomic.Bool
+	mu          sync.Mutex // protects first
 	// first is the allocation that committed with its reply lost.
 	first *allocator.Segment
 }
@@ -558,12 +573,13 @@ var errUnreachable = errors.New("connect: connection refused (the test's store i
 func (s *unreachableStore) Allocate(ctx context.Context, req allocator.Request) (allocator.Segment, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.first == nil {
+	if s.armed.Load() && s.first == nil {
 		seg, err := s.Store.Allocate(ctx, req)
 		if err != nil {
 			return seg, err
 		}
 		s.first = &seg
+		s.down.Store(true)
 		return allocator.Segment{}, fmt.Errorf("%w: reply dropped by the test", allocator.ErrAmbiguous)
 	}
 	if s.down.Load() {
@@ -594,6 +610,18 @@ func (s *unreachableStore) committed() (allocator.Segment, bool) {
 		return allocator.Segment{}, false
 	}
 	return *s.first, true
+}
+
+// waitUntil polls cond every millisecond for at most 10 seconds.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up after 10s waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func newRequest(tag string, size int64) allocator.Request {
