@@ -101,6 +101,12 @@ func TestDrillRun_Outage(t *testing.T) {
 	if !waitUntil(ctx, 10*time.Second, func() bool { return failed() >= 3 }) {
 		t.Fatal("no 503s during the outage")
 	}
+	// Stay down until both clients have had many turns: a reply from
+	// before the outage that a descheduled client records late would
+	// otherwise land after the target came back.
+	if !waitUntil(ctx, 10*time.Second, func() bool { return failed() >= 20 }) {
+		t.Fatal("too few 503s during the outage")
+	}
 	sawDown := time.Now()
 	before := tl().ok
 	cameBack := time.Now()
