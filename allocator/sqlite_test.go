@@ -179,7 +179,7 @@ func TestSQLite_Uniqueness(t *testing.T) {
 			c.Instance = fmt.Sprint("instance-", i)
 			// SQLite does not queue waiters for its write lock: under a
 			// saturating load one process may wait seconds for it.
-			c.Segment.WaitTimeout, c.Segment.LoadTimeout = 20*time.Second, 20*time.Second
+			c.Segment.WaitTimeout, c.Segment.LoadTimeout = time.Minute, time.Minute
 		})
 	}
 	n := hammer(t, allocators, "order", goroutines, perGoroutine)

@@ -390,7 +390,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 			RetryMin: time.Millisecond,
 			RetryMax: 5 * time.Millisecond,
 			Segment: segment.Config{
-				Period: time.Nanosecond, WaitTimeout: 5 * time.Second, LoadTimeout: 50 * time.Millisecond,
+				Period: time.Nanosecond, WaitTimeout: 5 * time.Second, LoadTimeout: 2 * time.Second,
 				MinBackoff: time.Millisecond, MaxBackoff: time.Millisecond,
 			},
 		})
@@ -612,13 +612,13 @@ func (s *unreachableStore) committed() (allocator.Segment, bool) {
 	return *s.first, true
 }
 
-// waitUntil polls cond every millisecond for at most 10 seconds.
+// waitUntil polls cond every millisecond for at most 30 seconds.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("gave up after 10s waiting for %s", what)
+			t.Fatalf("gave up after 30s waiting for %s", what)
 		}
 		time.Sleep(time.Millisecond)
 	}
