@@ -285,14 +285,24 @@ func (s *Server) requireScope(name string, ok func(*principal) bool) func(http.H
 // the token's scope (otherwise the token needs some ID scope, and the
 // handler calls AuthorizeTag once it knows the tag). IDs are charged to the
 // token's or the address's rate limit: count from the query, else 1.
-func (s *Server) IDAccess(next http.Handler) http.Handler {
+func (s *Server) IDAccess(next http.Handler) http.Handler { return s.idAccess(next, true) }
+
+// idAccess is IDAccess; with charge false it charges nothing, for handlers
+// that learn how many IDs they take from the body (ChargeIDs).
+func (s *Server) idAccess(next http.Handler, charge bool) http.Handler {
 	if s.cfg.Auth.IDs != AuthToken && s.addrLimits == nil {
 		return next
+	}
+	asked := func(q url.Values) int {
+		if !charge {
+			return 0
+		}
+		return idsAsked(q, s.cfg.MaxCount)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		if s.cfg.Auth.IDs != AuthToken {
-			if err := s.addrLimits.charge(clientAddr(r), idsAsked(q, s.cfg.MaxCount), s.cfg.Now()); err != nil {
+			if err := s.addrLimits.charge(clientAddr(r), asked(q), s.cfg.Now()); err != nil {
 				s.refuse(w, r, err)
 				return
 			}
@@ -313,7 +323,7 @@ func (s *Server) IDAccess(next http.Handler) http.Handler {
 			s.refuse(w, r, forbidden("this token has no ID scope"))
 			return
 		}
-		if err := chargeToken(p, idsAsked(q, s.cfg.MaxCount), s.cfg.Now()); err != nil {
+		if err := chargeToken(p, asked(q), s.cfg.Now()); err != nil {
 			s.refuse(w, r, err)
 			return
 		}

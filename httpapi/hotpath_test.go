@@ -31,7 +31,7 @@ func TestServer_IDsRanges(t *testing.T) {
 		a := allocator.New(allocator.Config{Store: m, Logger: quiet(),
 			Segment: segment.Config{Period: time.Nanosecond, WaitTimeout: 30 * time.Second}})
 		t.Cleanup(func() { a.Close(context.Background()) })
-		servers[i] = httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet()}))
+		servers[i] = validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet()})))
 		t.Cleanup(servers[i].Close)
 	}
 	seen := map[int64]bool{}
@@ -107,9 +107,9 @@ func TestServer_IDsRanges(t *testing.T) {
 func TestServer_RequestIDs(t *testing.T) {
 	a := orderAllocator(t, allocator.NewMemStore())
 	var logs testlog.Buffer
-	srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{
+	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{
 		Allocator: a, AccessLog: true, Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
-	}))
+	})))
 	defer srv.Close()
 	a.Close(context.Background()) // every ID request now fails with a logged 503
 
@@ -152,7 +152,7 @@ func TestServer_RequestIDs(t *testing.T) {
 func TestServer_AccessLogOff(t *testing.T) {
 	a := orderAllocator(t, allocator.NewMemStore())
 	var logs testlog.Buffer
-	srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: slog.New(slog.NewJSONHandler(&logs, nil))}))
+	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})))
 	defer srv.Close()
 	if status, _, body := get(t, srv, "/id?biz_tag=order"); status != 200 {
 		t.Fatalf("status %d: %s", status, body)
@@ -196,7 +196,7 @@ func (blockingStore) Allocate(ctx context.Context, _ allocator.Request) (allocat
 // deadline's timer starts lazily, but it does start.
 func TestServer_RequestTimeout(t *testing.T) {
 	a := orderAllocator(t, allocator.NewMemStore(), func(m *allocator.MemStore) allocator.Store { return blockingStore{m} })
-	srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), RequestTimeout: 50 * time.Millisecond}))
+	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), RequestTimeout: 50 * time.Millisecond})))
 	defer srv.Close()
 	// The client gives up long before the buffer would: a request that is
 	// not bounded fails the test here instead of hanging it.
@@ -211,7 +211,7 @@ func TestServer_RequestTimeout(t *testing.T) {
 func TestServer_Recoverer_Metrics(t *testing.T) {
 	a := allocator.New(allocator.Config{Store: allocator.NewMemStore(), Logger: quiet()})
 	t.Cleanup(func() { a.Close(context.Background()) })
-	srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: panicking{a}, Logger: quiet()}))
+	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: panicking{a}, Logger: quiet()})))
 	defer srv.Close()
 	if status, _, body := get(t, srv, "/id?biz_tag=order"); status != 500 {
 		t.Fatalf("status %d: %s", status, body)

@@ -15,7 +15,8 @@ import (
 // named; rate limits are off unless set.
 type Limits struct {
 	// IDsPerSecondPerToken bounds the IDs each token takes per second, in
-	// the token mode (0: unlimited). /ids counts its count, not 1.
+	// the token mode (0: unlimited). /ids counts its count, not 1, and
+	// POST /v1/segments the IDs it grants.
 	IDsPerSecondPerToken float64
 	// IDsPerSecondPerAddress bounds the IDs each client address takes per
 	// second, in the open mode (0: unlimited, the default: behind a proxy
@@ -137,16 +138,69 @@ func newLimiter(perSecond float64, maxCount int) *rate.Limiter {
 // take charges n IDs to l, or returns the 429 to answer, with the wait in
 // Retry-After. A refused request is not charged.
 func take(l *rate.Limiter, n int, now time.Time) *apiError {
+	_, err := reserve(l, n, now)
+	return err
+}
+
+// reserve is take, returning the charge so that it can be settled later.
+func reserve(l *rate.Limiter, n int, now time.Time) (*rate.Reservation, *apiError) {
 	res := l.ReserveN(now, n)
-	if res.OK() {
-		d := res.DelayFrom(now)
-		if d == 0 {
-			return nil
-		}
-		res.CancelAt(now)
-		return rateLimited(d)
+	if !res.OK() {
+		return nil, rateLimited(time.Second)
 	}
-	return rateLimited(time.Second)
+	if d := res.DelayFrom(now); d > 0 {
+		res.CancelAt(now)
+		return nil, rateLimited(d)
+	}
+	return res, nil
+}
+
+// idCharge is the charge of a request that learns how many IDs it took only
+// once it has them (POST /v1/segments): reserved up front for what it asked,
+// settled at what it got.
+type idCharge struct {
+	l   *rate.Limiter // nil: no limit applies
+	res *rate.Reservation
+	now time.Time
+}
+
+// chargeIDs reserves asked IDs (at least 1, at most the limiter's burst) on
+// the limit that applies to r: its token's in the token mode (r has passed
+// IDAccess), its address's in the open mode. It returns the 429 to answer
+// when the budget is spent.
+func (s *Server) chargeIDs(r *http.Request, asked int64) (*idCharge, *apiError) {
+	c := &idCharge{now: s.cfg.Now()}
+	if s.cfg.Auth.IDs == AuthToken {
+		if p, _ := r.Context().Value(principalKey{}).(*principal); p != nil {
+			c.l = p.limiter
+		}
+	} else if s.addrLimits != nil {
+		c.l = s.addrLimits.limiter(clientAddr(r), c.now)
+	}
+	if c.l == nil {
+		return c, nil
+	}
+	res, err := reserve(c.l, int(min(max(asked, 1), int64(c.l.Burst()))), c.now)
+	if err != nil {
+		return nil, err
+	}
+	c.res = res
+	return c, nil
+}
+
+// settle makes the charge exactly got IDs: the reservation is given back and
+// got is owed instead, past the burst if need be (later requests wait it
+// off). Nothing taken costs nothing.
+func (c *idCharge) settle(got int64) {
+	if c.l == nil {
+		return
+	}
+	c.res.CancelAt(c.now)
+	for got > 0 {
+		n := min(got, int64(c.l.Burst()))
+		c.l.ReserveN(c.now, int(n))
+		got -= n
+	}
 }
 
 func rateLimited(wait time.Duration) *apiError {

@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/httpapi"
@@ -179,6 +182,73 @@ func TestLimits_RateByIDs(t *testing.T) {
 		}
 		if s, hdr, _ := getWith(t, base+"/ids?biz_tag=order&count=50", ""); s != 429 || hdr.Get("Retry-After") == "" {
 			t.Fatalf("second batch: %d", s)
+		}
+	})
+}
+
+func postWith(t *testing.T, url, bearer, body string) (int, http.Header, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, data
+}
+
+// TestLimits_SegmentsByIDs: POST /v1/segments is charged the IDs it grants
+// (the tag's step for size 0, past the burst if the step is larger), not 1
+// per request; a grant that fails costs nothing.
+func TestLimits_SegmentsByIDs(t *testing.T) {
+	grant := func(t *testing.T, base, bearer, tag string, size int64) (int, http.Header, []byte) {
+		t.Helper()
+		return postWith(t, base+"/v1/segments", bearer, grantBody(tag, size, uuid.Must(uuid.NewV7())))
+	}
+	t.Run("per token", func(t *testing.T) {
+		_, base, m := limitedServer(t, httpapi.AuthConfig{IDs: httpapi.AuthToken}, httpapi.Limits{IDsPerSecondPerToken: 10})
+		if _, err := m.CreateTag(t.Context(), allocator.TagSpec{Name: "range", Step: 10, MaxStep: 100}); err != nil {
+			t.Fatal(err)
+		}
+		_, greedy := token(t, m, "greedy", "ids")
+		_, modest := token(t, m, "modest", "ids")
+		// The burst is 100 IDs (MaxCount): one range of 100 spends it.
+		if s, _, body := grant(t, base, greedy, "range", 100); s != 200 {
+			t.Fatalf("first range: %d %s", s, body)
+		}
+		s, hdr, body := grant(t, base, greedy, "range", 50)
+		if s != 429 || errorCode(t, body) != httpapi.CodeRateLimited || hdr.Get("Retry-After") == "" {
+			t.Fatalf("second range after 100 ids: %d %s", s, body)
+		}
+		if s, _, body := grant(t, base, modest, "range", 100); s != 200 {
+			t.Fatalf("another token: %d %s", s, body)
+		}
+	})
+	t.Run("per address in the open mode", func(t *testing.T) {
+		_, base, _ := limitedServer(t, httpapi.AuthConfig{}, httpapi.Limits{IDsPerSecondPerAddress: 10})
+		for range 5 {
+			if s, _, body := grant(t, base, "", "nope", 100); s != 404 {
+				t.Fatalf("unknown tag: %d %s", s, body)
+			}
+		}
+		// Size 0 grants the tag's step, 1000 IDs: ten times the burst,
+		// owed by the requests that follow.
+		s, _, body := grant(t, base, "", "order", 0)
+		var r httpapi.SegmentResponse
+		if s != 200 || json.Unmarshal(body, &r) != nil || r.Last-r.First+1 != 1000 {
+			t.Fatalf("range of the step after failed grants: %d %s", s, body)
+		}
+		s, hdr, body := getWith(t, base+"/id?biz_tag=order", "")
+		if s != 429 || errorCode(t, body) != httpapi.CodeRateLimited {
+			t.Fatalf("one id after a range of 1000: %d %s", s, body)
+		}
+		if ra, err := strconv.Atoi(hdr.Get("Retry-After")); err != nil || ra < 60 {
+			t.Fatalf("Retry-After %q: want the ~90 s that 900 ids owed take at 10/s", hdr.Get("Retry-After"))
 		}
 	})
 }

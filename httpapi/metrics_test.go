@@ -60,7 +60,7 @@ func newMetricsServer(tb testing.TB) (*httptest.Server, *switchableStore) {
 	tb.Cleanup(func() { a.Close(context.Background()) })
 	// A primary with one asynchronous standby, for the replication series.
 	repl := replicationSource{st: allocator.ReplicationStatus{Replicas: 1, Timeline: 1, InitialTimeline: 1, Required: allocator.ReplicasAuto, Ack: allocator.AckFlush}}
-	srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), Metrics: metrics, Replication: repl}))
+	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), Metrics: metrics, Replication: repl})))
 	tb.Cleanup(srv.Close)
 	return srv, store
 }

@@ -102,11 +102,20 @@ func (s *Server) handleGrant(w http.ResponseWriter, r *http.Request, g SegmentGr
 		writeError(w, r, s.cfg.Logger, err)
 		return
 	}
+	// Ranges are charged to the ID limits by the IDs granted, a retry's
+	// as well: up front by the size asked, settled at the size granted.
+	charge, refused := s.chargeIDs(r, req.Size)
+	if refused != nil {
+		s.refuse(w, r, refused)
+		return
+	}
 	seg, recovered, err := g.GrantRange(r.Context(), req.Tag, req.Size, id)
 	if err != nil {
+		charge.settle(0)
 		writeError(w, r, s.cfg.Logger, rangeError(err))
 		return
 	}
+	charge.settle(seg.Last - seg.First + 1)
 	writeJSON(w, http.StatusOK, SegmentResponse{
 		Tag: req.Tag, RequestID: id.String(), First: seg.First, Last: seg.Last,
 		Step: seg.Step, MaxStep: seg.MaxStep, Recovered: recovered,
@@ -124,6 +133,11 @@ func (s *Server) handleGiveBack(w http.ResponseWriter, r *http.Request, g Segmen
 	}
 	if err != nil {
 		writeError(w, r, s.cfg.Logger, err)
+		return
+	}
+	// A give-back takes no IDs but costs a statement: charged as one.
+	if _, refused := s.chargeIDs(r, 1); refused != nil {
+		s.refuse(w, r, refused)
 		return
 	}
 	ok, err := g.ReturnRange(r.Context(), id, req.Tag, req.First, req.Last)

@@ -44,7 +44,7 @@ func rangeServers(tb testing.TB, n int) ([]*httptest.Server, *allocator.MemStore
 	for range n {
 		a := allocator.New(allocator.Config{Store: m, Logger: quiet(), Instance: "test"})
 		tb.Cleanup(func() { a.Close(context.Background()) })
-		srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet()}))
+		srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet()})))
 		tb.Cleanup(srv.Close)
 		srvs = append(srvs, srv)
 	}
@@ -179,7 +179,7 @@ func FuzzServer_Segments(f *testing.F) {
 	f.Add(`{"biz_tag":"","size":1e30}`)
 	f.Add(`[]`)
 	srvs, _ := rangeServers(f, 1)
-	client := &http.Client{Timeout: 5 * time.Second}
+	client := &http.Client{Timeout: 5 * time.Second, Transport: validating{next: http.DefaultTransport}}
 	f.Fuzz(func(t *testing.T, body string) {
 		resp, err := client.Post(srvs[0].URL+"/v1/segments", "application/json", strings.NewReader(body))
 		if err != nil {

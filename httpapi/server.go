@@ -136,8 +136,9 @@ func NewServer(cfg Config) *Server {
 	}
 	if g, ok := cfg.Allocator.(SegmentGranter); ok {
 		// Ranges are IDs: the ID routes' access control, and the token's
-		// scope checked against the body's tag (AuthorizeTag).
-		r.Mount("/v1/segments", s.IDAccess(s.segmentsRouter(g)))
+		// scope checked against the body's tag (AuthorizeTag); the ID
+		// limits charged by the handlers, by the IDs granted.
+		r.Mount("/v1/segments", s.idAccess(s.segmentsRouter(g), false))
 	}
 	s.router = r
 	return s

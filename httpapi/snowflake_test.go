@@ -41,7 +41,7 @@ func newSnowflakeServer(tb testing.TB, node httpapi.Snowflake) *httptest.Server 
 	}
 	a := allocator.New(allocator.Config{Store: m, Logger: quiet()})
 	tb.Cleanup(func() { a.Close(context.Background()) })
-	srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), MaxCount: 100, Snowflake: node}))
+	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), MaxCount: 100, Snowflake: node})))
 	tb.Cleanup(srv.Close)
 	return srv
 }
