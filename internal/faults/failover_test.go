@@ -228,6 +228,19 @@ func TestFailover_AsyncLaggingStandby(t *testing.T) {
 		f.served(t, 2000, "ids before the stall")
 		f.r.StallWAL(t)
 		f.served(t, 2000, "ids served from grants the standby never gets")
+		// The old instances stop asking and finish their loads, so that none
+		// of them reaches the promoted server first and raises max_id back
+		// to its floor (which would hide the lost grants from the new
+		// instance, and make this check a race).
+		f.stop()
+		waitFor(t, 30*time.Second, "the old instances' loads to finish", func() bool {
+			for _, a := range f.allocs {
+				if tagStats(a, failoverTag).Loading {
+					return false
+				}
+			}
+			return true
+		})
 		f.r.KillPrimary(t)
 		f.r.Promote(t)
 		f.start(t)
