@@ -220,6 +220,7 @@ type Buffer struct {
 	maxStep   int64
 	rateAt    time.Time // start of the rate window: when the last load started
 	rateIDs   int64     // IDs issued at rateAt
+	starved   bool      // a caller waited on an empty buffer since rateAt
 	prevAt    time.Time // start of the window before, for Stats' rate
 	prevIDs   int64     // IDs issued at prevAt
 	retired   int64     // IDs issued from ranges no longer current
@@ -377,6 +378,7 @@ func (b *Buffer) takeSlow(ctx context.Context, n int64) (Range, error) {
 			return Range{}, err
 		}
 		done := b.loadDone
+		b.starved = true
 		b.mu.Unlock()
 
 		select {
@@ -468,17 +470,23 @@ func (b *Buffer) startLoadLocked() {
 }
 
 // nextSizeLocked applies the step policy to the rate seen since the last
-// load started.
+// load started, the last load's latency, and whether callers waited.
 func (b *Buffer) nextSizeLocked() int64 {
 	now := b.cfg.Now()
 	issued := b.issuedLocked()
 	size := int64(0) // the tag's own step, for the first load
 	if b.step > 0 {
 		p := StepPolicy{Min: b.minStep, Max: b.maxStep, Period: b.cfg.Period}
-		size = p.Next(b.step, issued-b.rateIDs, now.Sub(b.rateAt))
+		size = p.Next(b.step, Sample{
+			Used:    issued - b.rateIDs,
+			Elapsed: now.Sub(b.rateAt),
+			Latency: b.counters.lastLatency,
+			Starved: b.starved,
+		})
 	}
 	b.prevAt, b.prevIDs = b.rateAt, b.rateIDs
 	b.rateAt, b.rateIDs = now, issued
+	b.starved = false
 	return size
 }
 

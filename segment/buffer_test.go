@@ -20,6 +20,7 @@ type counterLoader struct {
 	mu      sync.Mutex
 	maxID   int64
 	minStep int64
+	maxStep int64   // 0: no bound beyond the default
 	sizes   []int64 // sizes asked for
 	fail    error   // when set, Load fails with it
 	block   chan struct{}
@@ -44,9 +45,12 @@ func (l *counterLoader) Load(ctx context.Context, size int64) (segment.Grant, er
 	if size < l.minStep {
 		size = l.minStep
 	}
+	if l.maxStep > 0 && size > l.maxStep {
+		size = l.maxStep
+	}
 	first := l.maxID + 1
 	l.maxID += size
-	return segment.Grant{Range: segment.Range{First: first, Last: l.maxID}, MinStep: l.minStep}, nil
+	return segment.Grant{Range: segment.Range{First: first, Last: l.maxID}, MinStep: l.minStep, MaxStep: l.maxStep}, nil
 }
 
 func (l *counterLoader) setFail(err error) {
@@ -300,14 +304,14 @@ func TestBuffer_Unavailable(t *testing.T) {
 }
 
 func TestBuffer_AntiRollback(t *testing.T) {
-	l := &counterLoader{minStep: 10}
+	l := &counterLoader{minStep: 10, maxStep: 10} // a switch every 10 IDs
 	b := newBuffer(t, l, func(c *segment.Config) { c.MinBackoff = time.Hour })
-	ids, err := b.TakeN(context.Background(), 20, nil) // ranges [1,10] and [11,20] granted
+	ids, err := b.TakeN(context.Background(), 15, nil) // from ranges [1,10] and [11,20]
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "prefetch", func() bool { st := b.Stats(); return st.NextRange != nil })
-	ids, err = b.TakeN(context.Background(), 10, ids) // [21,30] served; highest granted is 30 or more
+	waitFor(t, "prefetch", func() bool { st := b.Stats(); return st.NextRange != nil }) // [21,30]
+	ids, err = b.TakeN(context.Background(), 10, ids)                                   // up to 25; [31,40] granted
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -514,5 +518,57 @@ func TestBuffer_GaveBackBounds(t *testing.T) {
 		if st.Abandoned < 0 || st.GivenBack < 0 || st.Abandoned+st.GivenBack != left {
 			t.Fatalf("GaveBack(%v): abandoned %d, given back %d; want them to add up to the %d unused", r, st.Abandoned, st.GivenBack, left)
 		}
+	}
+}
+
+// latencyLoader grants consecutive ranges and moves a fake clock by latency
+// during each load, as a database round trip would.
+type latencyLoader struct {
+	counterLoader
+	now     *atomic.Int64
+	latency time.Duration
+}
+
+func (l *latencyLoader) Load(ctx context.Context, size int64) (segment.Grant, error) {
+	l.now.Add(int64(l.latency))
+	return l.counterLoader.Load(ctx, size)
+}
+
+func (l *latencyLoader) asked() []int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]int64(nil), l.sizes...)
+}
+
+// TestBuffer_StarvedGrowth: when callers waited on an empty buffer, the step
+// grows 16× at the next load instead of 4×, so that a fresh tag under load
+// reaches ranges that outlast a load in a few loads; without a wait it grows
+// as usual.
+func TestBuffer_StarvedGrowth(t *testing.T) {
+	var now atomic.Int64
+	l := &latencyLoader{counterLoader: counterLoader{minStep: 10}, now: &now, latency: 30 * time.Millisecond}
+	b := newBuffer(t, l, func(c *segment.Config) { c.Now = func() time.Time { return time.Unix(0, now.Load()) } })
+	take := func(n int) {
+		t.Helper()
+		for range n {
+			now.Add(int64(20 * time.Microsecond)) // 50,000 IDs/s
+			if _, err := b.Take(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// The first Take waits for the first load, and its ID crosses the
+	// threshold of [1,10]: the second load follows a wait.
+	take(1)
+	waitFor(t, "the second range", func() bool { return b.Stats().NextRange != nil })
+	if got := l.asked(); len(got) != 2 || got[0] != 0 || got[1] != 160 {
+		t.Fatalf("sizes asked = %v, want [0 160]: 16× after callers waited", got)
+	}
+	// The rest of [1,10] and 10% of [11,170]: nobody waited since the
+	// second load started, so the third load grows 4×.
+	take(9 + 16)
+	waitFor(t, "the third range", func() bool { return b.Stats().NextRange != nil })
+	if got := l.asked(); len(got) != 3 || got[2] != 640 {
+		t.Fatalf("sizes asked = %v, want a third load of 640: 4× without a wait", got)
 	}
 }

@@ -10,6 +10,24 @@ import (
 // 15-minute period, small enough that a crash loses at most a few million IDs.
 const DefaultMaxStep = 1_000_000
 
+// Growth limits of the step policy, per load.
+const (
+	// growth bounds the step's growth per load when callers never waited.
+	growth = 4
+	// starvedGrowth bounds it when callers waited on an empty buffer since
+	// the last load started: the rate seen then is only what the ranges
+	// allowed, not what callers asked for.
+	starvedGrowth = 16
+	// coverFactor sizes a range to last this many load latencies at the
+	// observed rate, so that the next load, started once a threshold of the
+	// range is used, lands before it runs out even if the latency doubles.
+	coverFactor = 4
+	// maxCover bounds that cover: a range never grows past this much of the
+	// observed rate per load for the latency's sake (a slow load or a burst
+	// does not jump to max_step).
+	maxCover = time.Second
+)
+
 // StepPolicy sizes the next range so that it lasts about Period at the rate
 // observed, bounded by the tag's minimum step and maximum step.
 //
@@ -17,28 +35,49 @@ const DefaultMaxStep = 1_000_000
 // load: fast enough to reach a busy tag's rate in a few loads (Leaf only
 // doubles), damped enough that one burst at start-up does not jump to the
 // maximum (a large step costs a large gap when an instance crashes) and one
-// pause does not collapse it.
+// pause does not collapse it. Two things let it grow faster, so that a range
+// outlasts the load of the next one:
+//
+//   - the range covers coverFactor load latencies at the observed rate (at
+//     most maxCover of that rate), whatever the 4× limit says;
+//   - when callers waited on an empty buffer, the rate observed is a floor
+//     (the ranges ran out, not the demand), and the step may grow 16×.
 type StepPolicy struct {
 	Min    int64         // the tag's step: the smallest range ever asked for
 	Max    int64         // the tag's max_step; 0 means DefaultMaxStep
 	Period time.Duration // target life of one range
 }
 
+// Sample is what a buffer observed since its last load started.
+type Sample struct {
+	Used    int64         // IDs handed out
+	Elapsed time.Duration // the time they took
+	// Latency is the last load's latency; 0 when unknown.
+	Latency time.Duration
+	// Starved is true when callers found the buffer empty and waited for a
+	// load.
+	Starved bool
+}
+
 // Next returns the size of the next range, given the size of the last one
-// and the used IDs observed over elapsed.
-func (p StepPolicy) Next(last, used int64, elapsed time.Duration) int64 {
+// and what was observed since the last load started.
+func (p StepPolicy) Next(last int64, s Sample) int64 {
 	lo, hi := p.bounds()
 	if last < lo {
 		last = lo
 	}
-	if used <= 0 || elapsed <= 0 || p.Period <= 0 {
+	if s.Used <= 0 || s.Elapsed <= 0 || p.Period <= 0 {
 		return clamp(last/2, lo, hi)
 	}
-	want := float64(used) * float64(p.Period) / float64(elapsed)
-	if want > float64(hi) {
-		want = float64(hi)
+	rate := float64(s.Used) / float64(s.Elapsed) // IDs per nanosecond
+	want := min(rate*float64(p.Period), float64(hi))
+	up := growth * float64(last)
+	if s.Starved {
+		up = starvedGrowth * float64(last)
 	}
-	next := clamp(int64(math.Ceil(want)), last/2, 4*last)
+	cover := rate * float64(coverFactor*min(s.Latency, maxCover/coverFactor))
+	up = min(max(up, cover), float64(hi))
+	next := clamp(int64(math.Ceil(min(want, up))), last/2, hi)
 	return clamp(next, lo, hi)
 }
 
