@@ -120,7 +120,11 @@ func TestAllocator_Next(t *testing.T) {
 // lost. The allocator must find the committed range by its request ID
 // instead of allocating a second one.
 func TestAllocator_LostReply(t *testing.T) {
-	m := memStore(t, "order")
+	m := allocator.NewMemStore()
+	// step = max_step: the 100 IDs cross ten ranges, the first three lost.
+	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: 10, MaxStep: 10}); err != nil {
+		t.Fatal(err)
+	}
 	store := &lossyStore{MemStore: m, loseAfterCommit: 3}
 	a := newAllocator(t, store, nil)
 	ids, err := a.NextN(context.Background(), "order", 100)
