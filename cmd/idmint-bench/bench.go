@@ -312,6 +312,18 @@ func (b *bench) memory(ctx context.Context) error {
 		SELECT 'mem' || g, 1000 FROM generate_series(1, $1::int) g ON CONFLICT DO NOTHING`, b.cfg.memTags-1); err != nil {
 		return err
 	}
+	// Tags created behind a running instance's back are served within a
+	// second (its catalog rereads the tag names): wait for the first one.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		err := getJSON(ctx, idm.url+"/id?biz_tag=mem1", nil)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	b.logf("warming %d tags", b.cfg.memTags-1)
 	work := make(chan int)
 	errc := make(chan error, 8)
