@@ -128,7 +128,7 @@ type Allocator struct {
 	// one publishes a new copy, so a burst of new tags costs amortised O(1)
 	// each, as in sync.Map. A forgotten buffer leaves the copy at once;
 	// Close empties it.
-	hot        atomic.Pointer[hotBuffers]
+	hot        atomic.Pointer[segment.Index]
 	misses     atomic.Int64
 	publishing atomic.Bool
 	// catalog knows the store's tag names; nil when the Store is no
@@ -154,15 +154,26 @@ func New(cfg Config) *Allocator {
 	return a
 }
 
-// Next returns the next ID for tag. For a warm tag it costs a map lookup
-// and an atomic add: no lock, no allocation.
+// Next returns the next ID for tag. For a warm tag it costs finding the
+// tag's buffer and an atomic add: no lock, no allocation, no call.
 func (a *Allocator) Next(ctx context.Context, tag string) (int64, error) {
-	b := a.hot.Load().find(tag)
-	if b == nil {
-		var err error
-		if b, err = a.buffer(ctx, tag); err != nil {
-			return 0, err
+	// Everything on the fast path is inlined (TestIntendedInlining), and
+	// the slow path is a call of its own, so that the fast one spills no
+	// registers for it.
+	if b := a.hot.Load().Find(tag); b != nil {
+		if id, ok := b.TryTake(); ok {
+			return id, nil
 		}
+	}
+	return a.nextSlow(ctx, tag)
+}
+
+// nextSlow is Next for a tag without a published buffer, or when
+// Buffer.TryTake declines (range used up, or a load to start).
+func (a *Allocator) nextSlow(ctx context.Context, tag string) (int64, error) {
+	b, err := a.buffer(ctx, tag)
+	if err != nil {
+		return 0, err
 	}
 	id, err := b.Take(ctx)
 	if err != nil {
@@ -214,7 +225,7 @@ func (a *Allocator) NextRanges(ctx context.Context, tag string, n int, dst []seg
 // buffer returns tag's buffer, creating it on first use if the catalog
 // knows the tag.
 func (a *Allocator) buffer(ctx context.Context, tag string) (*segment.Buffer, error) {
-	if b := a.hot.Load().find(tag); b != nil {
+	if b := a.hot.Load().Find(tag); b != nil {
 		return b, nil
 	}
 	a.mu.RLock()
@@ -263,7 +274,7 @@ func (a *Allocator) buffer(ctx context.Context, tag string) (*segment.Buffer, er
 // current copy.
 func (a *Allocator) missed() {
 	n := a.misses.Add(1)
-	if n < int64(a.hot.Load().len()) {
+	if n < int64(a.hot.Load().Len()) {
 		return
 	}
 	if !a.publishing.CompareAndSwap(false, true) {
@@ -282,57 +293,7 @@ func (a *Allocator) publishLocked() {
 		a.hot.Store(nil)
 		return
 	}
-	a.hot.Store(newHotBuffers(a.buffers))
-}
-
-// hotBuffers is an immutable copy of the allocator's buffers, read without
-// a lock. A few tags are kept in a slice and found by comparing names,
-// which is cheaper than hashing; more go in a map.
-type hotBuffers struct {
-	few  []hotBuffer
-	many map[string]*segment.Buffer
-}
-
-type hotBuffer struct {
-	tag string
-	buf *segment.Buffer
-}
-
-// maxFew is the largest number of tags kept in hotBuffers' slice.
-const maxFew = 8
-
-func newHotBuffers(buffers map[string]*segment.Buffer) *hotBuffers {
-	if len(buffers) > maxFew {
-		return &hotBuffers{many: maps.Clone(buffers)}
-	}
-	h := &hotBuffers{few: make([]hotBuffer, 0, len(buffers))}
-	for tag, b := range buffers {
-		h.few = append(h.few, hotBuffer{tag, b})
-	}
-	return h
-}
-
-// find returns tag's buffer, nil when h has none (or h is nil).
-func (h *hotBuffers) find(tag string) *segment.Buffer {
-	if h == nil {
-		return nil
-	}
-	if h.many != nil {
-		return h.many[tag]
-	}
-	for i := range h.few {
-		if h.few[i].tag == tag {
-			return h.few[i].buf
-		}
-	}
-	return nil
-}
-
-func (h *hotBuffers) len() int {
-	if h == nil {
-		return 0
-	}
-	return len(h.few) + len(h.many)
+	a.hot.Store(segment.NewIndex(maps.Clone(a.buffers)))
 }
 
 // rememberedLocked returns the error of a forgotten tag, nil when the tag
@@ -403,7 +364,7 @@ func (a *Allocator) forget(tag string, b *segment.Buffer, f forgotten) bool {
 		return false // Close (or an earlier forget) owns it
 	}
 	delete(a.buffers, tag)
-	if a.hot.Load().find(tag) == b {
+	if a.hot.Load().Find(tag) == b {
 		a.publishLocked()
 	}
 	if len(a.unknown) >= maxUnknown {

@@ -86,7 +86,7 @@ type Client struct {
 
 	// buffers maps tag to buffer. It is replaced, never changed, so that
 	// Next reads it without a lock.
-	buffers atomic.Pointer[tagSet]
+	buffers atomic.Pointer[segment.Index]
 	// preferred is the index in urls of the instance that answered last.
 	preferred atomic.Int64
 	// requests counts range requests sent (attempts, not loads).
@@ -113,7 +113,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		}
 		c.urls = append(c.urls, strings.TrimRight(raw, "/"))
 	}
-	c.buffers.Store(newTagSet(nil))
+	c.buffers.Store(segment.NewIndex(nil))
 	for _, tag := range cfg.Tags {
 		b, err := c.buffer(tag)
 		if err == nil {
@@ -133,7 +133,19 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 // it waits only when both ranges of the tag are empty, and then at most
 // Segment.WaitTimeout.
 func (c *Client) Next(ctx context.Context, tag string) (int64, error) {
-	b := c.buffers.Load().get(tag)
+	// The fast path is inlined and makes no call; see allocator.Next.
+	if b := c.buffers.Load().Find(tag); b != nil {
+		if id, ok := b.TryTake(); ok {
+			return id, nil
+		}
+	}
+	return c.nextSlow(ctx, tag)
+}
+
+// nextSlow is Next for a tag without a buffer yet, or when TryTake
+// declines.
+func (c *Client) nextSlow(ctx context.Context, tag string) (int64, error) {
+	b := c.buffers.Load().Find(tag)
 	if b == nil {
 		var err error
 		if b, err = c.buffer(tag); err != nil {
@@ -153,7 +165,7 @@ func (c *Client) NextN(ctx context.Context, tag string, n int) ([]int64, error) 
 	if n < 1 {
 		return nil, fmt.Errorf("count %d: must be at least 1", n)
 	}
-	b := c.buffers.Load().get(tag)
+	b := c.buffers.Load().Find(tag)
 	if b == nil {
 		var err error
 		if b, err = c.buffer(tag); err != nil {
@@ -165,54 +177,6 @@ func (c *Client) NextN(ctx context.Context, tag string, n int) ([]int64, error) 
 		return nil, c.takeFailed(tag, b, err)
 	}
 	return ids, nil
-}
-
-// tagSet is an immutable set of tag buffers.
-type tagSet struct {
-	m map[string]*segment.Buffer
-	// few lists the buffers when there are at most maxFew: comparing a
-	// handful of strings (length first, then bytes, or just the pointer
-	// for the same string) costs less than hashing the tag.
-	n   int
-	few [maxFew]tagBuffer
-	// The padding makes a tagSet 128 bytes: the allocator then places it
-	// on cache lines of its own, which no hot atomic counter of another
-	// object (a buffer's next ID) can share and keep invalidating.
-	_ [128 - 16 - maxFew*24]byte
-}
-
-type tagBuffer struct {
-	tag string
-	b   *segment.Buffer
-}
-
-const maxFew = 4
-
-func newTagSet(m map[string]*segment.Buffer) *tagSet {
-	if m == nil {
-		m = map[string]*segment.Buffer{}
-	}
-	s := &tagSet{m: m, n: -1}
-	if len(m) <= maxFew {
-		s.n = 0
-		for tag, b := range m {
-			s.few[s.n] = tagBuffer{tag, b}
-			s.n++
-		}
-	}
-	return s
-}
-
-func (s *tagSet) get(tag string) *segment.Buffer {
-	if s.n < 0 {
-		return s.m[tag]
-	}
-	for i := range s.n {
-		if s.few[i].tag == tag {
-			return s.few[i].b
-		}
-	}
-	return nil
 }
 
 var tagPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$`)
@@ -227,7 +191,7 @@ func (c *Client) buffer(tag string) (*segment.Buffer, error) {
 	if c.closed {
 		return nil, ErrClosed
 	}
-	bufs := c.buffers.Load().m
+	bufs := c.buffers.Load().Buffers()
 	if b, ok := bufs[tag]; ok {
 		return b, nil
 	}
@@ -248,7 +212,7 @@ func (c *Client) buffer(tag string) (*segment.Buffer, error) {
 	b := segment.New(sc)
 	next := maps.Clone(bufs)
 	next[tag] = b
-	c.buffers.Store(newTagSet(next))
+	c.buffers.Store(segment.NewIndex(next))
 	return b, nil
 }
 
@@ -260,10 +224,10 @@ func (c *Client) takeFailed(tag string, b *segment.Buffer, err error) error {
 		return ErrClosed
 	case errors.Is(err, ErrUnknownTag):
 		c.mu.Lock()
-		if bufs := c.buffers.Load().m; !c.closed && bufs[tag] == b && b != nil {
+		if bufs := c.buffers.Load().Buffers(); !c.closed && bufs[tag] == b && b != nil {
 			next := maps.Clone(bufs)
 			delete(next, tag)
-			c.buffers.Store(newTagSet(next))
+			c.buffers.Store(segment.NewIndex(next))
 			go b.Close() // holds nothing: it never loaded a range
 		}
 		c.mu.Unlock()
@@ -282,7 +246,7 @@ type Stats struct {
 
 // Stats returns a snapshot of every tag's buffer.
 func (c *Client) Stats() Stats {
-	bufs := c.buffers.Load().m
+	bufs := c.buffers.Load().Buffers()
 	st := Stats{Requests: c.requests.Load()}
 	for _, tag := range slices.Sorted(maps.Keys(bufs)) {
 		st.Tags = append(st.Tags, bufs[tag].Stats())
@@ -301,8 +265,8 @@ func (c *Client) Close(ctx context.Context) error {
 		return nil
 	}
 	c.closed = true
-	bufs := c.buffers.Load().m
-	c.buffers.Store(newTagSet(nil))
+	bufs := c.buffers.Load().Buffers()
+	c.buffers.Store(segment.NewIndex(nil))
 	tags := maps.Clone(c.tags)
 	c.mu.Unlock()
 

@@ -195,9 +195,12 @@ type Buffer struct {
 
 	// cur is the range being served; read without the lock on the fast path.
 	cur atomic.Pointer[span]
-	// wantNext is true when no next range is ready and no load is in
-	// flight, so that crossing the threshold must start one.
-	wantNext atomic.Bool
+	// loadAt is the first ID of cur whose take must start a load: cur's
+	// threshold while no next range is ready and no load is in flight,
+	// noLoad otherwise, loadDue once a TryTake crossed it. The lock holder
+	// sets it (setWantLocked); TryTake, which takes no lock, only moves it
+	// to loadDue.
+	loadAt atomic.Int64
 	// retryAt holds back new loads after a failure, in nanoseconds on the
 	// buffer's clock (see clock).
 	retryAt atomic.Int64
@@ -242,7 +245,7 @@ func New(cfg Config) *Buffer {
 	cfg.setDefaults()
 	b := &Buffer{cfg: cfg, highest: cfg.Floor, epoch: cfg.Now()}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
-	b.wantNext.Store(true)
+	b.loadAt.Store(0) // nothing to serve yet: any take starts a load
 	return b
 }
 
@@ -253,6 +256,14 @@ func (b *Buffer) clock() int64 { return int64(b.cfg.Now().Sub(b.epoch)) }
 
 // Tag returns the tag the buffer serves.
 func (b *Buffer) Tag() string { return b.cfg.Tag }
+
+// Special values of Buffer.loadAt.
+const (
+	noLoad = math.MaxInt64
+	// loadDue: a TryTake crossed the threshold; TryTake takes nothing
+	// until a Take has started the load.
+	loadDue = -1
+)
 
 // Take returns the next ID. It only waits when both ranges are empty, and
 // then at most WaitTimeout.
@@ -265,6 +276,24 @@ func (b *Buffer) Take(ctx context.Context) (int64, error) {
 	}
 	r, err := b.takeSlow(ctx, 1)
 	return r.First, err
+}
+
+// TryTake is Take's fast path: the next ID from the range being served,
+// without waiting, loading or starting a load. With ok=false it took
+// nothing: the range is used up or not loaded, or a load is due; the caller
+// then calls Take. It makes no call, so that it is inlined into the
+// caller (TestIntendedInlining keeps it so): the take that crosses the
+// threshold only marks the load due, and the next caller's Take starts it.
+func (b *Buffer) TryTake() (id int64, ok bool) {
+	if s, at := b.cur.Load(), b.loadAt.Load(); s != nil && at != loadDue {
+		id = s.next.Add(1) - 1
+		// The swap fails if the lock holder changed loadAt meanwhile:
+		// its value is the newer truth.
+		if ok = id >= s.First && id <= s.Last; ok && id >= at {
+			b.loadAt.CompareAndSwap(at, loadDue)
+		}
+	}
+	return
 }
 
 // TakeN appends up to n IDs to dst and returns it. It returns an error, and
@@ -334,7 +363,7 @@ func (b *Buffer) Ready(ctx context.Context) error {
 // maybePrefetch starts the next load once id crosses the threshold. It is
 // small enough to be inlined into Take: the call happens once per range.
 func (b *Buffer) maybePrefetch(s *span, id int64) {
-	if id >= s.prefetchAt && b.wantNext.Load() {
+	if id >= s.prefetchAt && b.loadAt.Load() != noLoad {
 		b.prefetch()
 	}
 }
@@ -401,7 +430,7 @@ func (b *Buffer) takeLocked(n int64) (Range, bool) {
 		}
 		if s != nil && n > 0 {
 			if r, ok := s.takeN(n); ok {
-				if r.Last >= s.prefetchAt && b.wantNext.Load() &&
+				if r.Last >= s.prefetchAt && b.loadAt.Load() != noLoad &&
 					b.clock() >= b.retryAt.Load() {
 					b.startLoadLocked()
 				}
@@ -415,6 +444,19 @@ func (b *Buffer) takeLocked(n int64) (Range, bool) {
 	}
 }
 
+// setWantLocked says whether crossing cur's threshold must start a load;
+// either way it ends a due load.
+func (b *Buffer) setWantLocked(want bool) {
+	switch s := b.cur.Load(); {
+	case !want:
+		b.loadAt.Store(noLoad)
+	case s == nil:
+		b.loadAt.Store(0)
+	default:
+		b.loadAt.Store(s.prefetchAt)
+	}
+}
+
 // switchLocked retires the current range (used up) and serves the next.
 func (b *Buffer) switchLocked() {
 	if s := b.cur.Load(); s != nil {
@@ -422,7 +464,7 @@ func (b *Buffer) switchLocked() {
 	}
 	b.cur.Store(b.next)
 	b.next = nil
-	b.wantNext.Store(!b.loading)
+	b.setWantLocked(!b.loading)
 }
 
 // failFastLocked returns the error to give callers while a failed load's
@@ -459,12 +501,13 @@ func (e *UnavailableError) Unwrap() error { return e.Err }
 // range is ready, or the buffer is closed.
 func (b *Buffer) startLoadLocked() {
 	if b.closed || b.loading || b.next != nil {
+		b.setWantLocked(false) // a load found due that need not be
 		return
 	}
 	size := b.nextSizeLocked()
 	b.loading = true
 	b.loadDone = make(chan struct{})
-	b.wantNext.Store(false)
+	b.setWantLocked(false)
 	b.wg.Add(1)
 	go b.load(size, b.loadDone)
 }
@@ -548,7 +591,7 @@ func (b *Buffer) failedLocked(err error) {
 	b.lastErr = err
 	b.backoff = min(max(2*b.backoff, b.cfg.MinBackoff), b.cfg.MaxBackoff)
 	b.retryAt.Store(b.clock() + int64(b.backoff))
-	b.wantNext.Store(!b.closed)
+	b.setWantLocked(!b.closed)
 	switch {
 	case errors.Is(err, ErrRolledBack):
 		// Refused here (checkLocked), or by a Loader that returns
@@ -597,7 +640,7 @@ func (b *Buffer) grantedLocked(g Grant, latency time.Duration) {
 		return
 	}
 	b.next = sp
-	b.wantNext.Store(false)
+	b.setWantLocked(false)
 }
 
 // closeWait bounds how long Close waits for a load in flight to end by
@@ -619,7 +662,7 @@ func (b *Buffer) Close() []Range {
 		return nil
 	}
 	b.closed = true
-	b.wantNext.Store(false)
+	b.setWantLocked(false)
 	var unused []Range
 	if s := b.cur.Load(); s != nil {
 		if tail, ok := s.exhaust(); ok {

@@ -162,38 +162,7 @@ func TestBuffer_Concurrent(t *testing.T) {
 	l := &counterLoader{minStep: 3}
 	b := newBuffer(t, l, func(c *segment.Config) { c.Period = time.Nanosecond }) // keep the step small
 	const workers, each = 32, 2000
-	results := make([][]int64, workers)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range each {
-				id, err := b.Take(context.Background())
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				results[w] = append(results[w], id)
-			}
-		}()
-	}
-	wg.Wait()
-	seen := make(map[int64]bool, workers*each)
-	for w, ids := range results {
-		for i, id := range ids {
-			if seen[id] {
-				t.Fatalf("duplicate id %d", id)
-			}
-			seen[id] = true
-			if i > 0 && id <= ids[i-1] {
-				t.Fatalf("worker %d: id %d after %d", w, id, ids[i-1])
-			}
-		}
-	}
-	if len(seen) != workers*each {
-		t.Fatalf("got %d ids, want %d", len(seen), workers*each)
-	}
+	takeConcurrently(t, workers, each, func() (int64, error) { return b.Take(context.Background()) })
 	if st := b.Stats(); st.Issued != workers*each || st.Loads < workers*each/1000 {
 		t.Fatalf("Issued=%d Loads=%d", st.Issued, st.Loads)
 	}
@@ -571,4 +540,107 @@ func TestBuffer_StarvedGrowth(t *testing.T) {
 	if got := l.asked(); len(got) != 3 || got[2] != 640 {
 		t.Fatalf("sizes asked = %v, want a third load of 640: 4× without a wait", got)
 	}
+}
+
+// takeFast takes as allocator.Next does: TryTake, and Take when it
+// declines.
+func takeFast(ctx context.Context, b *segment.Buffer) (int64, error) {
+	if id, ok := b.TryTake(); ok {
+		return id, nil
+	}
+	return b.Take(ctx)
+}
+
+// TestBuffer_TryTake: callers on the fast path still start the prefetch
+// once the threshold is crossed (TryTake only marks it due, the next
+// caller's Take starts it), so the range switch never waits; and no ID is
+// skipped or repeated by handing TryTake's decline to Take.
+func TestBuffer_TryTake(t *testing.T) {
+	l := &counterLoader{minStep: 100, maxStep: 100}
+	b := newBuffer(t, l, nil) // threshold 0.1: the 10th ID of a range starts the next load
+	ctx := context.Background()
+	if _, ok := b.TryTake(); ok {
+		t.Fatal("TryTake took from a buffer that loaded nothing")
+	}
+	if l.loads.Load() != 0 {
+		t.Fatal("TryTake loaded")
+	}
+	var fast, prefetchedAt int64
+	for want := int64(1); want <= 1000; want++ {
+		id, ok := b.TryTake()
+		if ok {
+			fast++
+		} else {
+			var err error
+			if id, err = b.Take(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if id != want {
+			t.Fatalf("got id %d, want %d: the decline lost or repeated one", id, want)
+		}
+		if st := b.Stats(); prefetchedAt == 0 && (st.Loading || st.NextRange != nil) {
+			prefetchedAt = id
+		}
+		if id%100 == 0 && id < 1000 {
+			// A range used up: its successor must be loaded by now, or
+			// loading, started from the fast path's mark.
+			waitFor(t, "the prefetch of the next range", func() bool { return l.loads.Load() >= id/100+1 })
+		}
+	}
+	if prefetchedAt == 0 || prefetchedAt > 11 {
+		t.Fatalf("second load started at id %d, want by the 11th (threshold 10, one decline)", prefetchedAt)
+	}
+	// One decline per range to start its prefetch, and the first take.
+	if fast < 1000-2*10 {
+		t.Fatalf("%d of 1000 takes on the fast path", fast)
+	}
+
+	// Many goroutines mixing the fast path and Take across range switches.
+	const workers, each = 16, 5000
+	for id := range takeConcurrently(t, workers, each, func() (int64, error) { return takeFast(ctx, b) }) {
+		if id <= 1000 {
+			t.Fatalf("id %d again", id)
+		}
+	}
+}
+
+// takeConcurrently calls take each times on each of workers goroutines,
+// fails on a duplicate, an ID that does not increase within its goroutine
+// or an error, and returns the IDs.
+func takeConcurrently(t *testing.T, workers, each int, take func() (int64, error)) map[int64]bool {
+	t.Helper()
+	results := make([][]int64, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				id, err := take()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				results[w] = append(results[w], id)
+			}
+		}()
+	}
+	wg.Wait()
+	seen := make(map[int64]bool, workers*each)
+	for w, ids := range results {
+		for i, id := range ids {
+			if seen[id] {
+				t.Fatalf("duplicate id %d", id)
+			}
+			seen[id] = true
+			if i > 0 && id <= ids[i-1] {
+				t.Fatalf("worker %d: id %d after %d", w, id, ids[i-1])
+			}
+		}
+	}
+	if len(seen) != workers*each {
+		t.Fatalf("got %d ids, want %d", len(seen), workers*each)
+	}
+	return seen
 }
