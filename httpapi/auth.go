@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -349,7 +350,12 @@ func (s *Server) AuthorizeTag(r *http.Request, tag string) error {
 }
 
 // WriteError writes err as idmint's JSON error, with the status it maps to.
+// A refusal of AuthorizeTag is counted as the middleware's refusals are.
 func (s *Server) WriteError(w http.ResponseWriter, r *http.Request, err error) {
+	if e, ok := errors.AsType[*apiError](err); ok && (e.code == CodeUnauthorized || e.code == CodeForbidden) {
+		s.refuse(w, r, e)
+		return
+	}
 	writeError(w, r, s.cfg.Logger, err)
 }
 

@@ -299,4 +299,9 @@ func TestAuth_Segments(t *testing.T) {
 	if s, _, b := do(t, p.srv, "POST", "/v1/segments", order, body("order")); s != 200 {
 		t.Fatalf("own tag: %d %s", s, b)
 	}
+	// Refused by the body's tag, after the middleware let the token in:
+	// counted as the middleware's refusals are.
+	if n := refused(t, p.srv.URL, httpapi.CodeForbidden); n != 1 {
+		t.Fatalf("idmint_http_refused_total{code=forbidden} = %d, want 1", n)
+	}
 }

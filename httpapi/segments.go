@@ -95,11 +95,12 @@ func (s *Server) handleGrant(w http.ResponseWriter, r *http.Request, g SegmentGr
 	if err == nil && (req.Size < 0 || req.Size > maxRangeSize) {
 		err = badRequest(CodeInvalidSize, fmt.Sprintf("size must be from 0 (the tag's step) to %d", maxRangeSize))
 	}
-	if err == nil {
-		err = s.AuthorizeTag(r, req.Tag)
-	}
 	if err != nil {
 		writeError(w, r, s.cfg.Logger, err)
+		return
+	}
+	if err := s.AuthorizeTag(r, req.Tag); err != nil {
+		s.WriteError(w, r, err)
 		return
 	}
 	// Ranges are charged to the ID limits by the IDs granted, a retry's
@@ -128,11 +129,12 @@ func (s *Server) handleGiveBack(w http.ResponseWriter, r *http.Request, g Segmen
 	if err == nil && (req.First < 1 || req.First > req.Last) {
 		err = badRequest(CodeInvalidRange, "first and last: want 1 <= first <= last, as decimal strings")
 	}
-	if err == nil {
-		err = s.AuthorizeTag(r, req.Tag)
-	}
 	if err != nil {
 		writeError(w, r, s.cfg.Logger, err)
+		return
+	}
+	if err := s.AuthorizeTag(r, req.Tag); err != nil {
+		s.WriteError(w, r, err)
 		return
 	}
 	// A give-back takes no IDs but costs a statement: charged as one.

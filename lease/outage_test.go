@@ -3,24 +3,18 @@ package lease_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	toxiproxy "github.com/Shopify/toxiproxy/v2"
-	"github.com/Shopify/toxiproxy/v2/collectors"
 	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/internal/checker"
 	"github.com/idmint/idmint/internal/pgtest"
+	"github.com/idmint/idmint/internal/toxic"
 	"github.com/idmint/idmint/lease"
 	"github.com/idmint/idmint/migrations"
 	"github.com/idmint/idmint/snowflake"
@@ -64,49 +58,6 @@ func pgLeases(t *testing.T, dbURL string) *lease.Postgres {
 	}
 	t.Cleanup(s.Close)
 	return lease.NewPostgres(s.Pool())
-}
-
-// blackhole is a TCP proxy in front of PostgreSQL that can swallow all
-// traffic both ways, connections left open: the worst kind of outage.
-type blackhole struct {
-	*toxiproxy.Proxy
-	url string
-}
-
-func newBlackhole(t *testing.T, dbURL string) *blackhole {
-	t.Helper()
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
-	srv.Metrics.ProxyMetrics = collectors.NewProxyMetricCollectors()
-	p := toxiproxy.NewProxy(srv, "postgres", "127.0.0.1:0", u.Host)
-	if err := p.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Stop)
-	u.Host = p.Listen
-	return &blackhole{Proxy: p, url: u.String()}
-}
-
-func (b *blackhole) down(t *testing.T) {
-	t.Helper()
-	for _, stream := range []string{"upstream", "downstream"} {
-		js := fmt.Sprintf(`{"name":"cut-%s","type":"timeout","stream":%q,"toxicity":1,"attributes":{"timeout":0}}`, stream, stream)
-		if _, err := b.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func (b *blackhole) up(t *testing.T) {
-	t.Helper()
-	for _, stream := range []string{"upstream", "downstream"} {
-		if err := b.Toxics.RemoveToxic(context.Background(), "cut-"+stream); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 // hammer asks n for IDs until stopped, acknowledging them to c as client;
@@ -185,9 +136,9 @@ func TestNode_DatabaseOutage(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dbURL := pgtest.Shared(t).NewDatabase(t)
 			migratePG(t, dbURL)
-			px := newBlackhole(t, dbURL)
+			px := toxic.New(t, dbURL)
 			c := checker.New()
-			cut := startNode(t, nodeConfig(pgLeases(t, px.url), "cut"))
+			cut := startNode(t, nodeConfig(pgLeases(t, px.URL), "cut"))
 			other := startNode(t, nodeConfig(pgLeases(t, dbURL), "other"))
 			if cut.Stats().Worker != 0 || other.Stats().Worker != 1 {
 				t.Fatalf("workers: cut %d, other %d", cut.Stats().Worker, other.Stats().Worker)
@@ -197,7 +148,7 @@ func TestNode_DatabaseOutage(t *testing.T) {
 			// the shorter outage has the whole lease to ride through.
 			renewed := cut.Stats().Renewals
 			waitUntil(t, 10*time.Second, "a renewal before the outage", func() bool { return cut.Stats().Renewals > renewed })
-			px.down(t)
+			px.Cut(t)
 			begin := time.Now()
 			var successor *snowflake.Node
 			var stopSuccessor func() ([]int64, map[string]int)
@@ -207,7 +158,7 @@ func TestNode_DatabaseOutage(t *testing.T) {
 				stopSuccessor = hammer(successor, c, "successor")
 			}
 			time.Sleep(tc.outage - time.Since(begin))
-			px.up(t)
+			px.Heal(t)
 
 			if successor == nil {
 				// Renewals resume on the same lease.

@@ -12,6 +12,7 @@ import (
 	"github.com/idmint/idmint/internal/checker"
 	"github.com/idmint/idmint/internal/pgtest"
 	"github.com/idmint/idmint/internal/testlog"
+	"github.com/idmint/idmint/internal/toxic"
 )
 
 // TestColdTagDuringReplyOutage: a tag's first load commits while every
@@ -27,12 +28,12 @@ func TestColdTagDuringReplyOutage(t *testing.T) {
 	direct := open(t, dbURL)
 	createTag(t, direct, "warm", step, step)
 	createTag(t, direct, "cold", step, step)
-	px := newProxy(t, dbURL)
+	px := toxic.New(t, dbURL)
 	logs := &testlog.Buffer{}
 	// One connection, whose allocation and lookup statements are prepared
 	// before the toxic (on tag warm), so that the first allocation of cold
 	// reaches PostgreSQL and commits.
-	a := newInstance(t, open(t, px.url+"&pool_max_conns=1"), "cold-tag", func(c *allocator.Config) {
+	a := newInstance(t, open(t, px.URL+"&pool_max_conns=1"), "cold-tag", func(c *allocator.Config) {
 		c.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 		c.AttemptTimeout = 300 * time.Millisecond
 		c.Segment.WaitTimeout = 300 * time.Millisecond
@@ -45,7 +46,7 @@ func TestColdTagDuringReplyOutage(t *testing.T) {
 	}
 	waitFor(t, 10*time.Second, "warm's prefetch", func() bool { return !tagStats(a, "warm").Loading })
 
-	px.addToxic(t, "lose-replies", "timeout", "downstream", `{"timeout":0}`)
+	px.Add(t, "lose-replies", "timeout", "downstream", `{"timeout":0}`)
 	time.Sleep(200 * time.Millisecond) // the proxy installs toxics asynchronously
 	c := checker.New()
 	next := func() error {
@@ -67,7 +68,7 @@ func TestColdTagDuringReplyOutage(t *testing.T) {
 		next()
 		time.Sleep(50 * time.Millisecond)
 	}
-	px.removeToxic(t, "lose-replies")
+	px.Remove(t, "lose-replies")
 	waitFor(t, 20*time.Second, "cold to serve", func() bool { return next() == nil })
 	for range 3 * step {
 		if err := next(); err != nil {

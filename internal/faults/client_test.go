@@ -26,6 +26,7 @@ import (
 	"github.com/idmint/idmint/internal/checker"
 	"github.com/idmint/idmint/internal/pgtest"
 	"github.com/idmint/idmint/internal/storetest"
+	"github.com/idmint/idmint/internal/toxic"
 )
 
 // grantReply is a range reply as it crossed one hop.
@@ -327,9 +328,9 @@ func TestClientExactlyOnce(t *testing.T) {
 	a := startInstance(t, dbURL, "inst-a", sent)
 	b := startInstance(t, dbURL, "inst-b", sent)
 	c := startInstance(t, dbURL, "inst-c", sent)
-	px := newProxy(t, "http://"+a.addr)
+	px := toxic.New(t, "http://"+a.addr)
 	check := checker.New()
-	run := newClientRun(t, tag, []string{px.url, "http://" + c.addr, "http://" + b.addr}, check)
+	run := newClientRun(t, tag, []string{px.URL, "http://" + c.addr, "http://" + b.addr}, check)
 	run.start(2)
 
 	// Plain callers of instances a and b, straight to them.
@@ -354,13 +355,13 @@ func TestClientExactlyOnce(t *testing.T) {
 	waitFor(t, 30*time.Second, "clients to load ranges", func() bool { return run.loads() >= 10 })
 
 	// Fault 1: replies of instance a lost after it granted.
-	px.addToxic(t, "lose-reply", "reset_peer", "downstream", `{"timeout":0}`)
+	px.Add(t, "lose-reply", "reset_peer", "downstream", `{"timeout":0}`)
 	var lostAtA []string
 	waitFor(t, 30*time.Second, "a range reply lost between instance a and a client, then received through another instance (same request ID)", func() bool {
 		lostAtA = lostAndRecovered(sent.snapshot(), run.got.snapshot(), "inst-a", px.Listen)
 		return len(lostAtA) > 0
 	})
-	px.removeToxic(t, "lose-reply")
+	px.Remove(t, "lose-reply")
 	t.Logf("lost replies of inst-a recovered through another instance: %v", lostAtA)
 
 	// Fault 2: instance c dies mid-request, after granting.

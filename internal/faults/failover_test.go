@@ -18,6 +18,7 @@ import (
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/checker"
 	"github.com/idmint/idmint/internal/pgtest"
+	"github.com/idmint/idmint/internal/toxic"
 	"github.com/idmint/idmint/segment"
 )
 
@@ -284,7 +285,7 @@ func TestFailover_Synchronous(t *testing.T) {
 func TestFailover_PrimaryVanishes(t *testing.T) {
 	r := pgtest.NewReplication(t, pgtest.ReplicationOptions{Synchronous: true})
 	db := r.NewDatabase(t)
-	p := newProxy(t, r.PrimaryURL(db))
+	p := toxic.New(t, r.PrimaryURL(db))
 	primary, _ := url.Parse(r.PrimaryURL(db))
 	multi := strings.Replace(r.URL(db), primary.Host, p.Listen, 1)
 	f := newFailoverOn(t, r, multi, 0, 2, productionAttempts)

@@ -2,21 +2,14 @@ package faults_test
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	toxiproxy "github.com/Shopify/toxiproxy/v2"
-	"github.com/Shopify/toxiproxy/v2/collectors"
 	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/internal/checker"
@@ -128,48 +121,6 @@ func newInstance(tb testing.TB, store allocator.Store, name string, mod func(*al
 	a := allocator.New(cfg)
 	tb.Cleanup(func() { a.Close(context.Background()) })
 	return a
-}
-
-// proxy is an in-process toxiproxy between an instance and PostgreSQL.
-type proxy struct {
-	*toxiproxy.Proxy
-	url string // the database URL through the proxy
-}
-
-// newProxy starts a proxy to the server of dbURL and returns it with the
-// URL that goes through it.
-func newProxy(tb testing.TB, dbURL string) *proxy {
-	tb.Helper()
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	srv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
-	srv.Metrics.ProxyMetrics = collectors.NewProxyMetricCollectors()
-	p := toxiproxy.NewProxy(srv, "postgres", "127.0.0.1:0", u.Host)
-	if err := p.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(p.Stop)
-	u.Host = p.Listen
-	return &proxy{Proxy: p, url: u.String()}
-}
-
-// addToxic adds a toxic: stream is "upstream" (to PostgreSQL) or
-// "downstream" (its replies).
-func (p *proxy) addToxic(tb testing.TB, name, typ, stream string, attrs string) {
-	tb.Helper()
-	js := fmt.Sprintf(`{"name":%q,"type":%q,"stream":%q,"toxicity":1,"attributes":%s}`, name, typ, stream, attrs)
-	if _, err := p.Toxics.AddToxicJson(strings.NewReader(js)); err != nil {
-		tb.Fatalf("add toxic %s: %v", name, err)
-	}
-}
-
-func (p *proxy) removeToxic(tb testing.TB, name string) {
-	tb.Helper()
-	if err := p.Toxics.RemoveToxic(context.Background(), name); err != nil {
-		tb.Fatalf("remove toxic %s: %v", name, err)
-	}
 }
 
 // waitFor polls cond every 10ms until it holds or limit passes, and says

@@ -16,6 +16,7 @@ import (
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/checker"
 	"github.com/idmint/idmint/internal/pgtest"
+	"github.com/idmint/idmint/internal/toxic"
 )
 
 // TestLostReplyAfterCommit loses the reply to committed allocations: a
@@ -29,11 +30,11 @@ func TestLostReplyAfterCommit(t *testing.T) {
 	dbURL := newDatabase(t, pgtest.Shared(t))
 	direct := open(t, dbURL)
 	createTag(t, direct, "order", step, step)
-	px := newProxy(t, dbURL)
+	px := toxic.New(t, dbURL)
 	// One connection: it has prepared the allocation statement before the
 	// toxic goes on, so the first bytes PostgreSQL sends back for the
 	// allocation are its answer after COMMIT.
-	store := &observedStore{Postgres: open(t, px.url+"&pool_max_conns=1")}
+	store := &observedStore{Postgres: open(t, px.URL+"&pool_max_conns=1")}
 	a := newInstance(t, store, "lost-reply", func(c *allocator.Config) {
 		c.Segment.LoadTimeout = 30 * time.Second
 	})
@@ -67,7 +68,7 @@ func TestLostReplyAfterCommit(t *testing.T) {
 		// stub and rewires it before it returns), so the next reply on the
 		// instance's one connection is the one lost. The wait below checks
 		// it happened.
-		px.addToxic(t, "lose-reply", "reset_peer", "downstream", `{"timeout":0}`)
+		px.Add(t, "lose-reply", "reset_peer", "downstream", `{"timeout":0}`)
 		// Take IDs until one starts a load: its reply is lost.
 		for i := 0; !tagStats(a, "order").Loading; i++ {
 			if i > 3*step {
@@ -85,7 +86,7 @@ func TestLostReplyAfterCommit(t *testing.T) {
 			}
 			return now.ambiguous > calls.ambiguous
 		})
-		px.removeToxic(t, "lose-reply")
+		px.Remove(t, "lose-reply")
 		d := waitFor(t, 20*time.Second, "the range to be recovered", func() bool { return tagStats(a, "order").Recovered == int64(round) })
 		t.Logf("round %d: reply lost after commit, range recovered by request id %v after the proxy healed", round, d.Round(time.Millisecond))
 		// Retries back off at most 100ms here: a recovery that takes
@@ -207,8 +208,8 @@ func TestRetryWhileInFlight(t *testing.T) {
 	dbURL := newDatabase(t, pgtest.Shared(t))
 	direct := open(t, dbURL)
 	createTag(t, direct, "order", step, step)
-	px := newProxy(t, dbURL)
-	store := &countingStore{Store: open(t, px.url), calls: map[uuid.UUID]int{}}
+	px := toxic.New(t, dbURL)
+	store := &countingStore{Store: open(t, px.URL), calls: map[uuid.UUID]int{}}
 	a := newInstance(t, store, "in-flight", func(c *allocator.Config) {
 		c.AttemptTimeout = 300 * time.Millisecond
 		c.Segment.LoadTimeout = 30 * time.Second

@@ -17,6 +17,7 @@ import (
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/checker"
 	"github.com/idmint/idmint/internal/pgtest"
+	"github.com/idmint/idmint/internal/toxic"
 	"github.com/idmint/idmint/segment"
 )
 
@@ -35,9 +36,9 @@ func TestOutageLongerThanBuffers(t *testing.T) {
 	dbURL := newDatabase(t, pgtest.Shared(t))
 	direct := open(t, dbURL)
 	createTag(t, direct, "order", step, step)
-	px := newProxy(t, dbURL)
+	px := toxic.New(t, dbURL)
 	// The serve defaults: what a real instance would do.
-	a := newInstance(t, open(t, px.url), "outage", func(c *allocator.Config) {
+	a := newInstance(t, open(t, px.URL), "outage", func(c *allocator.Config) {
 		c.AttemptTimeout, c.RetryMin, c.RetryMax = 0, 0, 0
 		c.Segment = segment.Config{}
 	})
@@ -107,8 +108,7 @@ func TestOutageLongerThanBuffers(t *testing.T) {
 	buffered := tagStats(a, "order").Remaining + step
 	goroutinesBefore := runtime.NumGoroutine()
 
-	px.addToxic(t, "blackhole-up", "timeout", "upstream", `{"timeout":0}`)
-	px.addToxic(t, "blackhole-down", "timeout", "downstream", `{"timeout":0}`)
+	px.Cut(t)
 	outageStart := time.Now()
 
 	// Every client asks until it has seen 20 503s in a row.
@@ -175,8 +175,7 @@ func TestOutageLongerThanBuffers(t *testing.T) {
 	}
 	outage := time.Since(outageStart)
 
-	px.removeToxic(t, "blackhole-up")
-	px.removeToxic(t, "blackhole-down")
+	px.Heal(t)
 	back := time.Now()
 	waitFor(t, time.Minute, "service to resume", func() bool {
 		c.Attempt()
