@@ -272,6 +272,45 @@ func TestParseFlags(t *testing.T) {
 			}
 		})
 	}
+	t.Run("from a file", func(t *testing.T) {
+		secret := filepath.Join(t.TempDir(), "listen")
+		if err := os.WriteFile(secret, []byte(":7070\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv("IDMINT_LISTEN_FILE", secret)
+		fs := flag.NewFlagSet("x", flag.ContinueOnError)
+		listen := fs.String("listen", ":8080", "")
+		fs.Int64("step", 1, "")
+		if _, err := parseFlags(fs, nil); err != nil || *listen != ":7070" {
+			t.Fatalf("listen %q, err %v", *listen, err)
+		}
+		// Both ways at once is a mistake, not a silent choice.
+		t.Setenv("IDMINT_LISTEN", ":9090")
+		if _, err := parseFlags(flag.NewFlagSet("x", flag.ContinueOnError), nil); err != nil {
+			t.Fatalf("a flag set without --listen: %v", err)
+		}
+		fs = flag.NewFlagSet("x", flag.ContinueOnError)
+		fs.String("listen", ":8080", "")
+		if _, err := parseFlags(fs, nil); err == nil || !strings.Contains(err.Error(), "IDMINT_LISTEN_FILE") {
+			t.Fatalf("both set: err = %v", err)
+		}
+		// A bad value from a file is refused without echoing it.
+		os.Unsetenv("IDMINT_LISTEN")
+		bad := filepath.Join(t.TempDir(), "step")
+		if err := os.WriteFile(bad, []byte("s3cret\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv("IDMINT_STEP_FILE", bad)
+		fs = flag.NewFlagSet("x", flag.ContinueOnError)
+		fs.Int64("step", 1, "")
+		if _, err := parseFlags(fs, nil); err == nil || strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "IDMINT_STEP_FILE") {
+			t.Fatalf("bad file value: err = %v", err)
+		}
+		t.Setenv("IDMINT_STEP_FILE", filepath.Join(t.TempDir(), "missing"))
+		if _, err := parseFlags(fs, nil); err == nil {
+			t.Fatal("a missing file was accepted")
+		}
+	})
 	t.Run("bad environment value", func(t *testing.T) {
 		t.Setenv("IDMINT_STEP", "many")
 		fs := flag.NewFlagSet("x", flag.ContinueOnError)

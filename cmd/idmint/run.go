@@ -121,12 +121,33 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 		}
 		name := envName(f.Name)
 		if v, ok := os.LookupEnv(name); ok {
-			if e := fs.Set(f.Name, v); e != nil {
+			if _, both := os.LookupEnv(name + "_FILE"); both {
+				err = fmt.Errorf("%s and %s_FILE are both set: use one", name, name)
+			} else if e := fs.Set(f.Name, v); e != nil {
 				err = fmt.Errorf("%s=%q: %w", name, v, e)
 			}
+			return
+		}
+		if path, ok := os.LookupEnv(name + "_FILE"); ok {
+			err = setFromFile(fs, f.Name, name+"_FILE", path)
 		}
 	})
 	return positional, err
+}
+
+// setFromFile sets a flag to the contents of the file at path, less its
+// trailing newline: IDMINT_DATABASE_URL_FILE=/run/secrets/db as Docker and
+// Kubernetes secrets are mounted, so that a password is never in the
+// environment. The contents are never echoed in an error.
+func setFromFile(fs *flag.FlagSet, flagName, env, path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", env, err)
+	}
+	if err := fs.Set(flagName, strings.TrimRight(string(b), "\r\n")); err != nil {
+		return fmt.Errorf("%s: the contents of %s are not a valid --%s", env, path, flagName)
+	}
+	return nil
 }
 
 // parseNoArgs is parseFlags for a command that takes no positional
@@ -161,7 +182,7 @@ func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: %s\n\nFlags (environment variable in brackets):\n", synopsis)
+		fmt.Fprintf(stderr, "Usage: %s\n\nFlags (environment variable in brackets; its _FILE form reads the value from a file):\n", synopsis)
 		fs.VisitAll(func(f *flag.Flag) {
 			def := ""
 			if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {

@@ -21,7 +21,9 @@
 //     modules/postgres ("testcontainers"), image IDMINT_TEST_POSTGRES_IMAGE
 //     (default postgres:17-alpine; air-gapped machines build one with
 //     .ci/postgres-image.sh). Its port is published on 127.0.0.1 at a host
-//     port chosen up front, so Stop/Start keep the URL.
+//     port chosen up front, so Stop/Start keep the URL. When the container
+//     cannot start (offline without the image), 3 is tried, and a line on
+//     standard error says why.
 //  3. PostgreSQL server binaries (initdb, pg_ctl) on this machine: a
 //     throwaway cluster in a temporary directory ("local"), on a free
 //     127.0.0.1 port, trust authentication, fsync off. As root it runs as the

@@ -325,12 +325,19 @@ func start() (*Server, error) {
 	if rawURL != "" {
 		return startExternal(ctx, rawURL)
 	}
+	// Docker first; local binaries when Docker cannot give a server (no
+	// engine, or an engine offline without the image).
 	dockerErr := dockerAvailable(ctx)
 	if dockerErr == nil {
-		return startDocker(ctx)
+		s, err := startDocker(ctx)
+		if err == nil {
+			return s, nil
+		}
+		dockerErr = err
 	}
 	bin, localErr := findBinaries()
 	if localErr == nil {
+		fallingBack(dockerErr)
 		return startLocal(ctx, bin)
 	}
 	return nil, fmt.Errorf("no PostgreSQL server for the tests: install Docker (and make its engine answer), "+
@@ -363,6 +370,7 @@ func startOwned() (*Server, error) {
 	}
 	bin, localErr := findBinaries()
 	if localErr == nil {
+		fallingBack(dockerErr)
 		return startLocal(ctx, bin)
 	}
 	return nil, fmt.Errorf("%w: install Docker or the PostgreSQL server binaries (apt-get install postgresql)\n\tdocker: %v\n\tlocal: %v",
@@ -458,3 +466,17 @@ func Start() (*Server, error) { return start() }
 // Close stops a server from Start and removes everything it used. It does
 // nothing for an external server.
 func (s *Server) Close(ctx context.Context) error { return s.close(ctx) }
+
+// fallingBack says once per process why a Docker engine that answers was
+// not used: the tests then run on local binaries, which the report shows,
+// but an image that could not be pulled deserves a line of its own.
+func fallingBack(dockerErr error) {
+	if dockerErr == nil || strings.HasPrefix(dockerErr.Error(), "no Docker engine answers") {
+		return
+	}
+	fallbackOnce.Do(func() {
+		fmt.Fprintf(os.Stderr, "pgtest: using local PostgreSQL binaries: %v\n", dockerErr)
+	})
+}
+
+var fallbackOnce sync.Once

@@ -73,9 +73,13 @@ func NewReplication(tb testing.TB, opts ReplicationOptions) *Replication {
 	case "local":
 		r, err = startLocalReplication(ctx, tb)
 	case "":
-		if dockerAvailable(ctx) == nil {
+		// As start: Docker, else local binaries (no engine, or an
+		// engine offline without the image).
+		if err = dockerAvailable(ctx); err == nil {
 			r, err = startDockerReplication(ctx, tb)
-		} else {
+		}
+		if err != nil {
+			fallingBack(err)
 			r, err = startLocalReplication(ctx, tb)
 		}
 	default:
