@@ -23,12 +23,15 @@ var ErrUnknownToken = errors.New("unknown token")
 // scopes and the SHA-256 of its secret. The secret itself is shown once, by
 // NewToken, and never stored.
 type Token struct {
-	ID        string
-	Name      string
-	Scopes    []string
-	Hash      []byte
-	CreatedAt time.Time
-	RevokedAt *time.Time // nil while the token is valid
+	ID     string
+	Name   string
+	Scopes []string
+	Hash   []byte
+	// IDsPerSecond bounds the IDs the token may take per second; 0: the
+	// instance's per-token bound applies (see ValidateTokenRate).
+	IDsPerSecond float64
+	CreatedAt    time.Time
+	RevokedAt    *time.Time // nil while the token is valid
 }
 
 // TokenStore keeps bearer tokens. Postgres, SQLite and MemStore implement
@@ -134,6 +137,18 @@ func ValidateScope(s string) error {
 	return fmt.Errorf("scope %q: want admin, monitor, ids, ids:TAG or ids:PREFIX*", truncate(s, 80))
 }
 
+// MaxTokenRate is the largest IDsPerSecond a token may have.
+const MaxTokenRate = 1e12
+
+// ValidateTokenRate reports whether r is a token's IDsPerSecond: 0 (the
+// instance's bound) or a positive number up to MaxTokenRate.
+func ValidateTokenRate(r float64) error {
+	if r == 0 || (r > 0 && r <= MaxTokenRate) {
+		return nil
+	}
+	return fmt.Errorf("token rate %v: want 0 (the instance's bound) or more than 0 up to %g IDs per second", r, MaxTokenRate)
+}
+
 // truncate shortens s to at most n bytes for messages, marking the cut.
 func truncate(s string, n int) string {
 	if len(s) <= n {
@@ -144,15 +159,18 @@ func truncate(s string, n int) string {
 
 // CreateToken implements TokenStore.
 func (p *Postgres) CreateToken(ctx context.Context, t Token) (Token, error) {
-	err := p.pool.QueryRow(ctx, `INSERT INTO idmint_tokens (id, name, secret_hash, scopes) VALUES ($1, $2, $3, $4) RETURNING created_at`,
-		t.ID, t.Name, t.Hash, strings.Join(t.Scopes, " ")).Scan(&t.CreatedAt)
+	if err := ValidateTokenRate(t.IDsPerSecond); err != nil {
+		return Token{}, err
+	}
+	err := p.pool.QueryRow(ctx, `INSERT INTO idmint_tokens (id, name, secret_hash, scopes, ids_per_second) VALUES ($1, $2, $3, $4, NULLIF($5::double precision, 0)) RETURNING created_at`,
+		t.ID, t.Name, t.Hash, strings.Join(t.Scopes, " "), t.IDsPerSecond).Scan(&t.CreatedAt)
 	if err != nil {
 		return Token{}, fmt.Errorf("create token: %w", err)
 	}
 	return t, nil
 }
 
-const tokenColumns = `id, name, secret_hash, scopes, created_at, revoked_at`
+const tokenColumns = `id, name, secret_hash, scopes, COALESCE(ids_per_second, 0), created_at, revoked_at`
 
 // ListTokens implements TokenStore.
 func (p *Postgres) ListTokens(ctx context.Context) ([]Token, error) {
@@ -163,7 +181,7 @@ func (p *Postgres) ListTokens(ctx context.Context) ([]Token, error) {
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Token, error) {
 		var t Token
 		var scopes string
-		err := row.Scan(&t.ID, &t.Name, &t.Hash, &scopes, &t.CreatedAt, &t.RevokedAt)
+		err := row.Scan(&t.ID, &t.Name, &t.Hash, &scopes, &t.IDsPerSecond, &t.CreatedAt, &t.RevokedAt)
 		t.Scopes = strings.Fields(scopes)
 		return t, err
 	})
@@ -174,7 +192,7 @@ func (p *Postgres) RevokeToken(ctx context.Context, id string) (Token, error) {
 	var t Token
 	var scopes string
 	err := p.pool.QueryRow(ctx, `UPDATE idmint_tokens SET revoked_at = COALESCE(revoked_at, now()) WHERE id = $1 RETURNING `+tokenColumns, id).
-		Scan(&t.ID, &t.Name, &t.Hash, &scopes, &t.CreatedAt, &t.RevokedAt)
+		Scan(&t.ID, &t.Name, &t.Hash, &scopes, &t.IDsPerSecond, &t.CreatedAt, &t.RevokedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Token{}, fmt.Errorf("%w: %q", ErrUnknownToken, truncate(id, 40))
 	}
@@ -184,10 +202,13 @@ func (p *Postgres) RevokeToken(ctx context.Context, id string) (Token, error) {
 
 // CreateToken implements TokenStore.
 func (s *SQLite) CreateToken(ctx context.Context, t Token) (Token, error) {
+	if err := ValidateTokenRate(t.IDsPerSecond); err != nil {
+		return Token{}, err
+	}
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		var created string
-		err := tx.QueryRowContext(ctx, `INSERT INTO idmint_tokens (id, name, secret_hash, scopes) VALUES (?, ?, ?, ?) RETURNING created_at`,
-			t.ID, t.Name, t.Hash, strings.Join(t.Scopes, " ")).Scan(&created)
+		err := tx.QueryRowContext(ctx, `INSERT INTO idmint_tokens (id, name, secret_hash, scopes, ids_per_second) VALUES (?, ?, ?, ?, NULLIF(?, 0)) RETURNING created_at`,
+			t.ID, t.Name, t.Hash, strings.Join(t.Scopes, " "), t.IDsPerSecond).Scan(&created)
 		if err != nil {
 			return err
 		}
@@ -240,7 +261,7 @@ func scanSQLiteToken(row rowScanner) (Token, error) {
 	var t Token
 	var scopes, created string
 	var revoked sql.NullString
-	if err := row.Scan(&t.ID, &t.Name, &t.Hash, &scopes, &created, &revoked); err != nil {
+	if err := row.Scan(&t.ID, &t.Name, &t.Hash, &scopes, &t.IDsPerSecond, &created, &revoked); err != nil {
 		return Token{}, err
 	}
 	t.Scopes = strings.Fields(scopes)
@@ -261,6 +282,9 @@ func scanSQLiteToken(row rowScanner) (Token, error) {
 // CreateToken implements TokenStore.
 func (m *MemStore) CreateToken(ctx context.Context, t Token) (Token, error) {
 	if err := ctx.Err(); err != nil {
+		return Token{}, err
+	}
+	if err := ValidateTokenRate(t.IDsPerSecond); err != nil {
 		return Token{}, err
 	}
 	m.mu.Lock()

@@ -63,8 +63,15 @@ func (s *Server) initAccess() {
 		a.Refresh = time.Second
 	}
 	s.auth = &authenticator{src: a.Tokens, refresh: a.Refresh, timeout: max(s.cfg.PingTimeout, time.Second), now: s.cfg.Now}
-	if per := s.cfg.Limits.IDsPerSecondPerToken; per > 0 {
-		s.auth.newLimit = func() *rate.Limiter { return newLimiter(per, s.cfg.MaxCount) }
+	per := s.cfg.Limits.IDsPerSecondPerToken
+	s.auth.newLimit = func(t allocator.Token) *rate.Limiter {
+		switch {
+		case t.IDsPerSecond > 0: // the token's own bound, above or below the instance's
+			return newLimiter(t.IDsPerSecond, s.cfg.MaxCount)
+		case per > 0:
+			return newLimiter(per, s.cfg.MaxCount)
+		}
+		return nil
 	}
 	s.addrLimits = newAddrLimits(s.cfg.Limits.IDsPerSecondPerAddress, s.cfg.MaxCount, s.cfg.Limits.MaxAddresses)
 	s.cfg.Metrics.refusedCounter()
@@ -146,7 +153,7 @@ type authenticator struct {
 	refresh  time.Duration
 	timeout  time.Duration
 	now      func() time.Time
-	newLimit func() *rate.Limiter // nil: tokens are not rate limited
+	newLimit func(allocator.Token) *rate.Limiter // nil limiter: not rate limited
 
 	set atomic.Pointer[tokenSet]
 	mu  sync.Mutex // held by the request reading the tokens
@@ -196,7 +203,7 @@ func (a *authenticator) current(ctx context.Context) *tokenSet {
 			}
 		}
 		if p.limiter == nil && a.newLimit != nil {
-			p.limiter = a.newLimit()
+			p.limiter = a.newLimit(t)
 		}
 		next.byID[t.ID] = p
 	}

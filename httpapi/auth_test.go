@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -236,6 +237,50 @@ func TestAuth_Scopes(t *testing.T) {
 				if len(tk.Hash) != 32 || tk.CreatedAt.IsZero() {
 					t.Fatalf("stored token %+v", tk)
 				}
+			}
+		})
+	}
+}
+
+// TestAuth_TokenRate: a token's own rate is stored and read back by every
+// store, unset reads as 0 (the instance's bound), and a rate no limiter can
+// mean is refused before anything is written.
+func TestAuth_TokenRate(t *testing.T) {
+	all := stores(t)
+	all["memory"] = func(*testing.T) adminStore { return allocator.NewMemStore() }
+	for name, open := range all {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			store := open(t)
+			rated := rateToken(t, store, "rated", 250.5)
+			token(t, store, "plain", "ids")
+			tokens, err := store.ListTokens(ctx)
+			if err != nil || len(tokens) != 2 {
+				t.Fatalf("ListTokens = %v, %v", tokens, err)
+			}
+			got := map[string]float64{}
+			for _, tk := range tokens {
+				got[tk.Name] = tk.IDsPerSecond
+			}
+			if got["rated"] != 250.5 || got["plain"] != 0 {
+				t.Fatalf("rates read back %v, want rated 250.5 and plain 0", got)
+			}
+			id, _, _ := allocator.ParseToken(rated)
+			if tk, err := store.RevokeToken(ctx, id); err != nil || tk.IDsPerSecond != 250.5 {
+				t.Fatalf("RevokeToken = %+v, %v", tk, err)
+			}
+			for _, bad := range []float64{-1, math.NaN(), math.Inf(1), 2e12} {
+				tok, _, err := allocator.NewToken("bad", []string{"ids"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				tok.IDsPerSecond = bad
+				if _, err := store.CreateToken(ctx, tok); err == nil {
+					t.Fatalf("rate %v accepted", bad)
+				}
+			}
+			if tokens, _ := store.ListTokens(ctx); len(tokens) != 2 {
+				t.Fatalf("%d tokens after the refusals, want 2", len(tokens))
 			}
 		})
 	}

@@ -16,7 +16,8 @@ import (
 type Limits struct {
 	// IDsPerSecondPerToken bounds the IDs each token takes per second, in
 	// the token mode (0: unlimited). /ids counts its count, not 1, and
-	// POST /v1/segments the IDs it grants.
+	// POST /v1/segments the IDs it grants. A token made with a rate of its
+	// own (Token.IDsPerSecond) is bound by that instead.
 	IDsPerSecondPerToken float64
 	// IDsPerSecondPerAddress bounds the IDs each client address takes per
 	// second, in the open mode (0: unlimited, the default: behind a proxy

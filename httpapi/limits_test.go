@@ -175,6 +175,36 @@ func TestLimits_RateByIDs(t *testing.T) {
 			t.Fatalf("rate_limited counted %d, want 2", n)
 		}
 	})
+	t.Run("a token's own rate", func(t *testing.T) {
+		// The instance bounds tokens at 10 IDs/s; one token is made with
+		// room for a busy service, one with less than the instance's.
+		_, base, m := limitedServer(t, httpapi.AuthConfig{IDs: httpapi.AuthToken}, httpapi.Limits{IDsPerSecondPerToken: 10})
+		bulk := rateToken(t, m, "bulk", 1e6)
+		trickle := rateToken(t, m, "trickle", 0.5)
+		_, plain := token(t, m, "plain", "ids")
+		for i := range 20 { // 2,000 IDs at once: far past the instance's 10/s
+			if s, _, body := getWith(t, base+"/ids?biz_tag=order&count=100", bulk); s != 200 {
+				t.Fatalf("bulk batch %d: %d %s", i, s, body)
+			}
+		}
+		for name, bearer := range map[string]string{"trickle": trickle, "plain": plain} {
+			if s, _, body := getWith(t, base+"/ids?biz_tag=order&count=100", bearer); s != 200 {
+				t.Fatalf("%s, first batch (the burst): %d %s", name, s, body)
+			}
+		}
+		// After the burst, trickle waits 2 s for one ID, plain 0.1 s.
+		_, hdr, _ := getWith(t, base+"/id?biz_tag=order", trickle)
+		if ra, err := strconv.Atoi(hdr.Get("Retry-After")); err != nil || ra < 2 {
+			t.Fatalf("trickle's Retry-After %q: want at least 2 s (0.5 IDs/s)", hdr.Get("Retry-After"))
+		}
+		time.Sleep(300 * time.Millisecond)
+		if s, _, body := getWith(t, base+"/id?biz_tag=order", plain); s != 200 {
+			t.Fatalf("plain after 0.3 s at 10/s: %d %s", s, body)
+		}
+		if s, _, _ := getWith(t, base+"/id?biz_tag=order", trickle); s != 429 {
+			t.Fatalf("trickle after 0.3 s at 0.5/s: %d, want 429", s)
+		}
+	})
 	t.Run("per address in the open mode", func(t *testing.T) {
 		_, base, _ := limitedServer(t, httpapi.AuthConfig{}, httpapi.Limits{IDsPerSecondPerAddress: 10})
 		if s, _, _ := getWith(t, base+"/ids?biz_tag=order&count=100", ""); s != 200 {
@@ -251,4 +281,19 @@ func TestLimits_SegmentsByIDs(t *testing.T) {
 			t.Fatalf("Retry-After %q: want the ~90 s that 900 ids owed take at 10/s", hdr.Get("Retry-After"))
 		}
 	})
+}
+
+// rateToken creates a token for every tag's IDs with its own rate and
+// returns its bearer string.
+func rateToken(t *testing.T, store allocator.TokenStore, name string, perSecond float64) string {
+	t.Helper()
+	tok, bearer, err := allocator.NewToken(name, []string{"ids"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok.IDsPerSecond = perSecond
+	if _, err := store.CreateToken(context.Background(), tok); err != nil {
+		t.Fatal(err)
+	}
+	return bearer
 }

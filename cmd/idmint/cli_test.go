@@ -83,8 +83,15 @@ func TestCLI_TokensAndAdminAPI(t *testing.T) {
 	if _, _, err := runErr("token", "create", "--name", "x", "--scope", "everything"); err == nil {
 		t.Fatal("a bad scope was accepted")
 	}
+	idmint(t, "token", "create", "--name", "bulk", "--scope", "ids", "--rate", "50000")
+	for _, bad := range []string{"-1", "NaN", "2e12"} {
+		if _, _, err := runErr("token", "create", "--name", "x", "--scope", "ids", "--rate", bad); err == nil {
+			t.Fatalf("rate %s was accepted", bad)
+		}
+	}
 	list := idmint(t, "token", "list")
-	if !strings.Contains(list, "ops") || !strings.Contains(list, "ids:order") || strings.Contains(list, admin[21:]) {
+	if !strings.Contains(list, "ops") || !strings.Contains(list, "ids:order") || strings.Contains(list, admin[21:]) ||
+		!strings.Contains(list, "50000/s") {
 		t.Fatalf("token list: %s", list)
 	}
 

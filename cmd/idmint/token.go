@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -13,14 +14,16 @@ import (
 )
 
 const tokenUsage = `Usage:
-  idmint token create --name NAME --scope SCOPE [--scope SCOPE …]
+  idmint token create --name NAME --scope SCOPE [--scope SCOPE …] [--rate IDS_PER_SECOND]
   idmint token list
   idmint token revoke ID
 
 Scopes: admin (the /v1 admin API), monitor (/metrics, /id/health and
 /id/dashboard under --protect-monitoring), ids (IDs of every tag), ids:TAG
 (IDs of one tag), ids:PREFIX* (IDs of the tags starting with PREFIX).
-The token is printed once; only its hash is stored. Give it to the caller as
+--rate bounds the IDs the token may take per second (/ids counts its count),
+above or below serve's --ids-per-second-per-token, which bounds the tokens
+made without it. The token is printed once; only its hash is stored. Give it to the caller as
 "Authorization: Bearer idm_…". A revoked token stops working within a second.
 `
 
@@ -59,12 +62,14 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var (
 		name   string
 		scopes scopeList
+		rate   float64
 	)
 	want := 0
 	switch sub {
 	case "create":
 		fs.StringVar(&name, "name", "", "who or what the token is for (required)")
 		fs.Var(&scopes, "scope", "admin, monitor, ids, ids:TAG or ids:PREFIX* (repeat or comma-separate; required)")
+		fs.Float64Var(&rate, "rate", 0, "IDs per second this token may take (0: serve's --ids-per-second-per-token)")
 	case "revoke":
 		want = 1
 	}
@@ -83,6 +88,10 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if tok, bearer, err = allocator.NewToken(name, scopes); err != nil {
 			return err
 		}
+		if err := allocator.ValidateTokenRate(rate); err != nil {
+			return err
+		}
+		tok.IDsPerSecond = rate
 	}
 	store, err := openStore(ctx, sc, false, slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -114,13 +123,17 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 func printTokens(w io.Writer, tokens []allocator.Token) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tSCOPES\tCREATED\tREVOKED")
+	fmt.Fprintln(tw, "ID\tNAME\tSCOPES\tRATE\tCREATED\tREVOKED")
 	for _, t := range tokens {
 		revoked := "-"
 		if t.RevokedAt != nil {
 			revoked = t.RevokedAt.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, strings.Join(t.Scopes, ","), t.CreatedAt.UTC().Format(time.RFC3339), revoked)
+		rate := "-" // the instance's bound
+		if t.IDsPerSecond > 0 {
+			rate = strconv.FormatFloat(t.IDsPerSecond, 'g', -1, 64) + "/s"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.ID, t.Name, strings.Join(t.Scopes, ","), rate, t.CreatedAt.UTC().Format(time.RFC3339), revoked)
 	}
 	tw.Flush()
 }
