@@ -196,10 +196,10 @@ type Buffer struct {
 	// cur is the range being served; read without the lock on the fast path.
 	cur atomic.Pointer[span]
 	// loadAt is the first ID of cur whose take must start a load: cur's
-	// threshold while no next range is ready and no load is in flight,
-	// noLoad otherwise, loadDue once a TryTake crossed it. The lock holder
-	// sets it (setWantLocked); TryTake, which takes no lock, only moves it
-	// to loadDue.
+	// threshold while no next range is ready and no load is in flight (0
+	// while there is no cur), noLoad otherwise, loadDue once a TryTake
+	// crossed it. The lock holder sets it (setWantLocked); TryTake, which
+	// takes no lock, only moves it to loadDue.
 	loadAt atomic.Int64
 	// retryAt holds back new loads after a failure, in nanoseconds on the
 	// buffer's clock (see clock).
@@ -287,8 +287,9 @@ func (b *Buffer) Take(ctx context.Context) (int64, error) {
 func (b *Buffer) TryTake() (id int64, ok bool) {
 	if s, at := b.cur.Load(), b.loadAt.Load(); s != nil && at != loadDue {
 		id = s.next.Add(1) - 1
-		// The swap fails if the lock holder changed loadAt meanwhile:
-		// its value is the newer truth.
+		// The swap fails if the lock holder changed loadAt meanwhile: its
+		// value is the newer truth. (If a load started and failed in
+		// between, the same value is back, and due is right again.)
 		if ok = id >= s.First && id <= s.Last; ok && id >= at {
 			b.loadAt.CompareAndSwap(at, loadDue)
 		}
@@ -361,7 +362,8 @@ func (b *Buffer) Ready(ctx context.Context) error {
 }
 
 // maybePrefetch starts the next load once id crosses the threshold. It is
-// small enough to be inlined into Take: the call happens once per range.
+// small enough to be inlined into Take: the call happens once per range,
+// and on every take only while a failed load backs off.
 func (b *Buffer) maybePrefetch(s *span, id int64) {
 	if id >= s.prefetchAt && b.loadAt.Load() != noLoad {
 		b.prefetch()
