@@ -180,7 +180,7 @@ func TestLimits_RateByIDs(t *testing.T) {
 		// room for a busy service, one with less than the instance's.
 		_, base, m := limitedServer(t, httpapi.AuthConfig{IDs: httpapi.AuthToken}, httpapi.Limits{IDsPerSecondPerToken: 10})
 		bulk := rateToken(t, m, "bulk", 1e6)
-		trickle := rateToken(t, m, "trickle", 0.5)
+		trickle := rateToken(t, m, "trickle", 0.01) // one ID per 100 s: no stall of a busy machine refills it
 		_, plain := token(t, m, "plain", "ids")
 		for i := range 20 { // 2,000 IDs at once: far past the instance's 10/s
 			if s, _, body := getWith(t, base+"/ids?biz_tag=order&count=100", bulk); s != 200 {
@@ -192,17 +192,17 @@ func TestLimits_RateByIDs(t *testing.T) {
 				t.Fatalf("%s, first batch (the burst): %d %s", name, s, body)
 			}
 		}
-		// After the burst, trickle waits 2 s for one ID, plain 0.1 s.
+		// After the burst, trickle waits 100 s for one ID, plain 0.1 s.
 		_, hdr, _ := getWith(t, base+"/id?biz_tag=order", trickle)
-		if ra, err := strconv.Atoi(hdr.Get("Retry-After")); err != nil || ra < 2 {
-			t.Fatalf("trickle's Retry-After %q: want at least 2 s (0.5 IDs/s)", hdr.Get("Retry-After"))
+		if ra, err := strconv.Atoi(hdr.Get("Retry-After")); err != nil || ra < 90 {
+			t.Fatalf("trickle's Retry-After %q: want about 100 s (0.01 IDs/s)", hdr.Get("Retry-After"))
 		}
 		time.Sleep(300 * time.Millisecond)
 		if s, _, body := getWith(t, base+"/id?biz_tag=order", plain); s != 200 {
 			t.Fatalf("plain after 0.3 s at 10/s: %d %s", s, body)
 		}
 		if s, _, _ := getWith(t, base+"/id?biz_tag=order", trickle); s != 429 {
-			t.Fatalf("trickle after 0.3 s at 0.5/s: %d, want 429", s)
+			t.Fatalf("trickle after 0.3 s at 0.01/s: %d, want 429", s)
 		}
 	})
 	t.Run("per address in the open mode", func(t *testing.T) {
