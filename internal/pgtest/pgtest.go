@@ -325,24 +325,31 @@ func start() (*Server, error) {
 	if rawURL != "" {
 		return startExternal(ctx, rawURL)
 	}
-	// Docker first; local binaries when Docker cannot give a server (no
-	// engine, or an engine offline without the image).
-	dockerErr := dockerAvailable(ctx)
-	if dockerErr == nil {
-		s, err := startDocker(ctx)
-		if err == nil {
-			return s, nil
-		}
-		dockerErr = err
-	}
-	bin, localErr := findBinaries()
-	if localErr == nil {
-		fallingBack(dockerErr)
-		return startLocal(ctx, bin)
+	s, dockerErr, localErr := startDockerOrLocal(ctx)
+	if s != nil {
+		return s, nil
 	}
 	return nil, fmt.Errorf("no PostgreSQL server for the tests: install Docker (and make its engine answer), "+
 		"or install the PostgreSQL server binaries (e.g. apt-get install postgresql), "+
 		"or set %s to an existing server's URL\n\tdocker: %v\n\tlocal: %v", envDatabaseURL, dockerErr, localErr)
+}
+
+// startDockerOrLocal starts a container, or a server from the local
+// binaries when Docker cannot give one (no engine, or an engine offline
+// without the image). With no server it returns why neither could.
+func startDockerOrLocal(ctx context.Context) (s *Server, dockerErr, localErr error) {
+	if dockerErr = dockerAvailable(ctx); dockerErr == nil {
+		if s, dockerErr = startDocker(ctx); dockerErr == nil {
+			return s, nil, nil
+		}
+	}
+	bin, localErr := findBinaries()
+	if localErr != nil {
+		return nil, dockerErr, localErr
+	}
+	fallingBack(dockerErr)
+	s, localErr = startLocal(ctx, bin)
+	return s, dockerErr, localErr
 }
 
 // errNoOwned means pgtest can start no server of its own here: no Docker
@@ -358,20 +365,9 @@ func startOwned() (*Server, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	// Docker first, as start does; local binaries when Docker cannot give
-	// a server (no engine, or no image offline).
-	dockerErr := dockerAvailable(ctx)
-	if dockerErr == nil {
-		s, err := startDocker(ctx)
-		if err == nil {
-			return s, nil
-		}
-		dockerErr = err
-	}
-	bin, localErr := findBinaries()
-	if localErr == nil {
-		fallingBack(dockerErr)
-		return startLocal(ctx, bin)
+	s, dockerErr, localErr := startDockerOrLocal(ctx)
+	if s != nil {
+		return s, nil
 	}
 	return nil, fmt.Errorf("%w: install Docker or the PostgreSQL server binaries (apt-get install postgresql)\n\tdocker: %v\n\tlocal: %v",
 		errNoOwned, dockerErr, localErr)
