@@ -61,6 +61,9 @@ func (spec TagSpec) withDefaults() (TagSpec, error) {
 	if spec.Start < 1 {
 		return TagSpec{}, fmt.Errorf("%w: start %d: must be at least 1", ErrInvalidSpec, spec.Start)
 	}
+	if top := lastStart(spec.Step); spec.Start > top {
+		return TagSpec{}, fmt.Errorf("%w: start %d: leaves no room for one segment of step %d below 2^63-1: at most %d", ErrInvalidSpec, spec.Start, spec.Step, top)
+	}
 	if err := checkDescription(spec.Description); err != nil {
 		return TagSpec{}, err
 	}
@@ -111,7 +114,8 @@ func (p *Postgres) Bump(ctx context.Context, name string, to, by int64) (Tag, er
 UPDATE idmint_tags
 SET max_id = CASE WHEN $2::bigint > 0 THEN $2::bigint ELSE max_id + $3::bigint END, updated_at = now()
 WHERE biz_tag = $1
-  AND (($2::bigint > 0 AND max_id < $2::bigint) OR ($2::bigint = 0 AND max_id <= 9223372036854775807 - $3::bigint))
+  AND (($2::bigint > 0 AND max_id < $2::bigint AND $2::bigint <= 9223372036854775807 - step)
+    OR ($2::bigint = 0 AND max_id <= 9223372036854775807 - step - $3::bigint))
 RETURNING `+tagColumns, name, to, by))
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return t, err
@@ -123,7 +127,7 @@ RETURNING `+tagColumns, name, to, by))
 	if err != nil {
 		return Tag{}, err
 	}
-	_, err = bumped(cur.MaxID, to, by)
+	_, err = bumped(cur, to, by)
 	return cur, err
 }
 
@@ -168,17 +172,27 @@ func checkBump(to, by int64) error {
 	return nil
 }
 
-// bumped returns the max_id a Bump of maxID sets. It returns ErrNotRaised
-// when to does not raise maxID, and ErrExhausted past 2^63-1.
-func bumped(maxID, to, by int64) (int64, error) {
+// lastStart is the highest first ID that leaves room for one segment of
+// step below 2^63-1 (step is at least 1).
+func lastStart(step int64) int64 { return math.MaxInt64 - step + 1 }
+
+// bumped returns the max_id a Bump of t sets. It returns ErrNotRaised when
+// to does not raise t's max_id, and an error wrapping ErrInvalidSpec and
+// ErrExhausted when the new max_id would leave no room for one segment of
+// the tag's step below 2^63-1: such a bump would end the tag, not repair it.
+func bumped(t Tag, to, by int64) (int64, error) {
+	top := lastStart(t.Step) - 1 // the highest max_id with room for a segment
 	if to > 0 {
-		if to <= maxID {
-			return maxID, fmt.Errorf("%w: max_id is already %d, at or above %d", ErrNotRaised, maxID, to)
+		if to <= t.MaxID {
+			return t.MaxID, fmt.Errorf("%w: max_id is already %d, at or above %d", ErrNotRaised, t.MaxID, to)
+		}
+		if to > top {
+			return 0, fmt.Errorf("%w: bump to %d: leaves no room for one segment of step %d below 2^63-1: at most %d (%w)", ErrInvalidSpec, to, t.Step, top, ErrExhausted)
 		}
 		return to, nil
 	}
-	if by > math.MaxInt64-maxID {
-		return 0, fmt.Errorf("bump by %d: %w", by, ErrExhausted)
+	if t.MaxID > top || by > top-t.MaxID {
+		return 0, fmt.Errorf("%w: bump by %d: leaves no room for one segment of step %d below 2^63-1: at most %d from max_id %d (%w)", ErrInvalidSpec, by, t.Step, max(top-t.MaxID, 0), t.MaxID, ErrExhausted)
 	}
-	return maxID + by, nil
+	return t.MaxID + by, nil
 }

@@ -95,7 +95,7 @@ func (m *MemStore) Bump(ctx context.Context, name string, to, by int64) (Tag, er
 	var cur Tag
 	t, err := m.update(ctx, name, func(t *Tag) error {
 		cur = *t
-		maxID, err := bumped(t.MaxID, to, by)
+		maxID, err := bumped(*t, to, by)
 		t.MaxID = maxID
 		return err
 	})

@@ -257,7 +257,7 @@ func (s *SQLite) Bump(ctx context.Context, name string, to, by int64) (Tag, erro
 	var cur Tag
 	t, err := s.updateTag(ctx, name, func(t Tag) (string, []any, error) {
 		cur = t
-		maxID, err := bumped(t.MaxID, to, by)
+		maxID, err := bumped(t, to, by)
 		return `max_id = ?`, []any{maxID}, err
 	})
 	if errors.Is(err, ErrNotRaised) {

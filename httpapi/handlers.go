@@ -88,7 +88,9 @@ func (s *Server) handleIDs(w http.ResponseWriter, r *http.Request) {
 		b = append(b, `,"ids":[`...)
 		sep := false
 		for _, rg := range buf.ranges {
-			for id := rg.First; id <= rg.Last; id++ {
+			// The loop ends on Last, not past it: past 2^63-1, id++
+			// wraps and id <= Last would hold forever.
+			for id := rg.First; ; id++ {
 				if sep {
 					b = append(b, ',')
 				}
@@ -96,6 +98,9 @@ func (s *Server) handleIDs(w http.ResponseWriter, r *http.Request) {
 				b = append(b, '"')
 				b = strconv.AppendInt(b, id, 10)
 				b = append(b, '"')
+				if id == rg.Last {
+					break
+				}
 			}
 		}
 	}

@@ -9,7 +9,8 @@ import (
 type Stats struct {
 	Tag string
 	// Current is the range being served and Next its next ID to hand out;
-	// nil before the first load.
+	// nil before the first load. Next is 0 when the range is used up at
+	// 2^63-1: there is no next ID.
 	Current *Range
 	Next    int64
 	// Remaining is the number of IDs left in the current range, and
@@ -123,9 +124,11 @@ func (b *Buffer) Stats() Stats {
 		r := s.Range
 		st.Current = &r
 		st.Remaining = s.Len() - s.used()
-		st.Next = s.Last + 1
-		if st.Remaining > 0 {
+		switch {
+		case st.Remaining > 0:
 			st.Next = s.Last - st.Remaining + 1
+		case s.Last < math.MaxInt64:
+			st.Next = s.Last + 1
 		}
 		st.RemainingRatio = float64(st.Remaining) / float64(s.Len())
 		st.NextLate = b.next == nil && b.lastErr != nil && s.used() > s.prefetchAt-s.First

@@ -77,8 +77,18 @@ func (p StepPolicy) Next(last int64, s Sample) int64 {
 	}
 	cover := rate * float64(coverFactor*min(s.Latency, maxCover/coverFactor))
 	up = min(max(up, cover), float64(hi))
-	next := clamp(int64(math.Ceil(min(want, up))), last/2, hi)
+	next := clamp(saturate(math.Ceil(min(want, up)), hi), last/2, hi)
 	return clamp(next, lo, hi)
+}
+
+// saturate converts f (at most float64(hi)) to an int64, hi when f reaches
+// float64(hi): that float may be above hi (float64(MaxInt64) is 2^63), and
+// converting it would wrap to a negative size.
+func saturate(f float64, hi int64) int64 {
+	if f >= float64(hi) {
+		return hi
+	}
+	return int64(f)
 }
 
 func (p StepPolicy) bounds() (lo, hi int64) {

@@ -45,6 +45,9 @@ func TestStepPolicy_Next(t *testing.T) {
 		{"cover bounded by the period's need", segment.StepPolicy{Min: 10, Period: 50 * time.Millisecond}, 10, sample{Used: 500, Elapsed: 10 * time.Millisecond, Latency: 30 * time.Millisecond}, 2500},
 		{"huge latency does not overflow", small, 10, sample{Used: 500, Elapsed: 10 * time.Millisecond, Latency: math.MaxInt64}, 50_000},
 		{"huge last does not overflow", small, 1 << 62, sample{Used: 1 << 62, Elapsed: time.Nanosecond, Starved: true}, segment.DefaultMaxStep},
+		// float64(2^63-1) is 2^63: converted back, it would wrap negative.
+		{"max of 2^63-1 saturates", segment.StepPolicy{Min: 1, Max: math.MaxInt64, Period: time.Hour}, 1 << 62, sample{Used: 1 << 62, Elapsed: time.Nanosecond, Starved: true}, math.MaxInt64},
+		{"max of 2^63-1, want past it", segment.StepPolicy{Min: 1, Max: math.MaxInt64, Period: time.Hour}, math.MaxInt64, sample{Used: math.MaxInt64, Elapsed: time.Nanosecond}, math.MaxInt64},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
