@@ -529,6 +529,51 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 			t.Fatalf("Tags = %+v, %v", tags, err)
 		}
 	})
+
+	t.Run("start and bump leave room for one segment below 2^63-1", func(t *testing.T) {
+		s := open(t)
+		const step = 100
+		top := int64(math.MaxInt64 - step + 1) // the last start with room for one segment
+		for _, start := range []int64{top + 1, math.MaxInt64} {
+			_, err := s.CreateTag(t.Context(), allocator.TagSpec{Name: "top", Step: step, Start: start})
+			if !errors.Is(err, allocator.ErrInvalidSpec) || !strings.Contains(err.Error(), "no room for one segment") {
+				t.Fatalf("CreateTag(start %d, step %d) = %v, want ErrInvalidSpec saying why", start, step, err)
+			}
+		}
+		if tags, err := s.Tags(t.Context()); err != nil || len(tags) != 0 {
+			t.Fatalf("a refused spec created a tag: %+v, %v", tags, err)
+		}
+		createTag(t, s, allocator.TagSpec{Name: "top", Step: step, Start: top})
+		if seg, err := s.Allocate(t.Context(), newRequest("top", 0)); err != nil || seg.First != top || seg.Last != math.MaxInt64 {
+			t.Fatalf("the one segment: %+v, %v; want [%d, 2^63-1]", seg, err, top)
+		}
+		if _, err := s.Allocate(t.Context(), newRequest("top", 0)); !errors.Is(err, allocator.ErrExhausted) {
+			t.Fatalf("past 2^63-1: %v, want ErrExhausted", err)
+		}
+
+		createTag(t, s, allocator.TagSpec{Name: "order", Step: step})
+		for _, b := range []struct{ to, by int64 }{
+			{to: top}, {to: math.MaxInt64}, {by: top}, {by: math.MaxInt64},
+		} {
+			_, err := s.Bump(t.Context(), "order", b.to, b.by)
+			if !errors.Is(err, allocator.ErrInvalidSpec) || !errors.Is(err, allocator.ErrExhausted) || !strings.Contains(err.Error(), "no room for one segment") {
+				t.Fatalf("Bump(to %d, by %d) = %v, want ErrInvalidSpec and ErrExhausted saying why", b.to, b.by, err)
+			}
+			if got := maxID(t, s, "order"); got != 0 {
+				t.Fatalf("a refused bump moved max_id to %d", got)
+			}
+		}
+		// Exactly one segment of room is a valid bump.
+		if tag, err := s.Bump(t.Context(), "order", top-1, 0); err != nil || tag.MaxID != top-1 {
+			t.Fatalf("Bump(to %d) = %+v, %v", top-1, tag, err)
+		}
+		if seg, err := s.Allocate(t.Context(), newRequest("order", 0)); err != nil || seg.Last != math.MaxInt64 {
+			t.Fatalf("after the bump: %+v, %v; want the segment ending at 2^63-1", seg, err)
+		}
+		if _, err := s.Bump(t.Context(), "order", 0, 1); !errors.Is(err, allocator.ErrInvalidSpec) {
+			t.Fatalf("Bump(by 1) at 2^63-1: %v, want ErrInvalidSpec", err)
+		}
+	})
 }
 
 // losingStore commits allocations but loses the first n replies, as a
