@@ -86,7 +86,9 @@ func TestServe_TopOfInt64(t *testing.T) {
 			t.Fatalf("format %s: %v, want the last %d ids up to 2^63-1", format, got, step)
 		}
 		status, body := get(path + "3")
-		var e struct{ Error struct{ Code, Message string } }
+		var e struct {
+			Error struct{ Code, Message string }
+		}
 		if err := json.Unmarshal(body, &e); err != nil || status != 503 || e.Error.Code != "tag_exhausted" {
 			t.Fatalf("format %s past 2^63-1: %d %s, want 503 tag_exhausted", format, status, body)
 		}
