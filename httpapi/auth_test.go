@@ -139,7 +139,7 @@ func TestAuth_Scopes(t *testing.T) {
 	for name, open := range stores(t) {
 		t.Run(name, func(t *testing.T) {
 			store := open(t)
-			for _, tag := range []string{"order", "orderline", "user"} {
+			for _, tag := range []string{"order", "orderline", "user", "preorder"} {
 				if _, err := store.CreateTag(context.Background(), allocator.TagSpec{Name: tag, Step: 10}); err != nil {
 					t.Fatal(err)
 				}
@@ -179,6 +179,10 @@ func TestAuth_Scopes(t *testing.T) {
 				{"named tag, encoded other tag", "GET", "/id?biz_tag=%75ser", order, 403, httpapi.CodeForbidden},
 				{"prefix", "GET", "/id?biz_tag=orderline", prefix, 200, ""},
 				{"prefix, other tag", "GET", "/id?biz_tag=user", prefix, 403, httpapi.CodeForbidden},
+				// ids:order* is a prefix: a tag that only contains it is
+				// another tag.
+				{"prefix, tag containing it", "GET", "/id?biz_tag=preorder", prefix, 403, httpapi.CodeForbidden},
+				{"prefix, tag containing it, ids", "GET", "/ids?biz_tag=preorder&count=2", prefix, 403, httpapi.CodeForbidden},
 				{"named tag, tag twice", "GET", "/id?biz_tag=order&biz_tag=user", order, 400, httpapi.CodeInvalidTag},
 				{"admin is not ids", "GET", "/id?biz_tag=order", admin, 403, httpapi.CodeForbidden},
 				{"monitor is not ids", "GET", "/id?biz_tag=order", monitor, 403, httpapi.CodeForbidden},

@@ -253,6 +253,40 @@ func TestLeaseStore(t *testing.T) {
 					t.Fatalf("after an unrenewed lease %+v: %+v, want start %d", b, c, want)
 				}
 			})
+			t.Run("SameHolderTakeover", func(t *testing.T) {
+				// The default holder name, hostname-pid, repeats across
+				// container restarts: the stale holder and its replacement
+				// have the same name, and only the epoch tells them apart.
+				ctx, open := ctxT(t), b.open(t)
+				s1, s2 := open(), open()
+				if err := s1.Prepare(ctx, smallLayout()); err != nil {
+					t.Fatal(err)
+				}
+				old, err := s1.Acquire(ctx, request("host-1", 0))
+				if err != nil {
+					t.Fatal(err)
+				}
+				// The old holder pauses past its expiry; the restarted
+				// container, same name, takes the worker ID over.
+				cur := acquireWhenFree(t, ctx, s2, request("host-1", 0))
+				if cur.Worker != old.Worker || cur.Epoch != old.Epoch+1 || cur.Holder != old.Holder {
+					t.Fatalf("takeover by the same name: %+v after %+v", cur, old)
+				}
+				if r, err := s1.Renew(ctx, old, longTTL, margin); !errors.Is(err, snowflake.ErrLeaseLost) {
+					t.Fatalf("stale holder of the same name renews with its old epoch %d: %+v, %v; want ErrLeaseLost", old.Epoch, r, err)
+				}
+				if err := s1.Release(ctx, old, old.Start); !errors.Is(err, snowflake.ErrLeaseLost) {
+					t.Fatalf("stale holder of the same name releases with its old epoch: %v, want ErrLeaseLost", err)
+				}
+				// The replacement still holds it: nothing above changed it.
+				r, err := s2.Renew(ctx, cur, longTTL, margin)
+				if err != nil || r.Epoch != cur.Epoch {
+					t.Fatalf("the replacement's renew: %+v, %v", r, err)
+				}
+				if _, err := s1.Acquire(ctx, request("host-2", 0)); !errors.Is(err, snowflake.ErrAllHeld) {
+					t.Fatalf("acquire while the replacement holds the worker id: %v, want ErrAllHeld", err)
+				}
+			})
 			t.Run("RenewAfterExpiry", func(t *testing.T) {
 				ctx, s := ctxT(t), b.open(t)()
 				if err := s.Prepare(ctx, smallLayout()); err != nil {

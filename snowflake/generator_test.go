@@ -220,6 +220,27 @@ func TestGenerator_Window(t *testing.T) {
 			t.Fatalf("Next = %v, want ErrLeaseExpired", err)
 		}
 	})
+	t.Run("window ends before its deadline", func(t *testing.T) {
+		// End comes from the database's clock, Deadline from this
+		// instance's: when this clock runs ahead, End comes first, and
+		// it alone stops IDs that the next holder may use.
+		clock := newFakeClock(t0)
+		g, _ := snowflake.NewGenerator(layout, clock, time.Second)
+		end := t0.Add(time.Minute)
+		g.Install(snowflake.Window{Worker: 3, Epoch: 1, Start: t0.UnixMilli(), End: end.UnixMilli(), Deadline: t0.Add(time.Hour)})
+		clock.Add(time.Minute) // the last millisecond of the window
+		if p, _ := layout.Parse(next(t, g)); p.UnixMilli != end.UnixMilli() {
+			t.Fatalf("id at %d, want the window's last millisecond %d", p.UnixMilli, end.UnixMilli())
+		}
+		clock.Add(time.Millisecond)
+		if id, err := g.Next(context.Background()); !errors.Is(err, snowflake.ErrLeaseExpired) {
+			p, _ := layout.Parse(id)
+			t.Fatalf("Next 1 ms past the window's end, before its deadline = id at %d (end %d), %v; want ErrLeaseExpired", p.UnixMilli, end.UnixMilli(), err)
+		}
+		if _, err := g.NextN(context.Background(), 10); !errors.Is(err, snowflake.ErrLeaseExpired) {
+			t.Fatalf("NextN past the window's end = %v, want ErrLeaseExpired", err)
+		}
+	})
 	t.Run("starts later", func(t *testing.T) {
 		clock := newFakeClock(t0)
 		g, _ := snowflake.NewGenerator(layout, clock, time.Second)

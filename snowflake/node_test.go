@@ -112,6 +112,40 @@ func TestNode_ClockSkew(t *testing.T) {
 	}
 }
 
+// TestNode_ClockAheadWithinMargin: this instance's clock runs 400 ms ahead
+// of the database's, within the 1 s margin, so the node serves. Its lease
+// window ends by the database's clock (expiry minus margin) 400 ms before
+// its deadline by this clock: between the two, a node that renewed no more
+// must refuse, as the IDs it would issue lie past the window's end, in time
+// the next holder of the worker ID may already use.
+func TestNode_ClockAheadWithinMargin(t *testing.T) {
+	const ahead = 400 * time.Millisecond
+	clock := newFakeClock(t0)
+	store := lease.NewMemory(func() time.Time { return clock.Now().Add(-ahead) })
+	// A TTL of an hour: no renewal (every 10 min by the real clock) runs
+	// while the fake clock walks to the window's end.
+	n := startNode(t, snowflake.Config{Layout: twoWorkers(), Store: store, Holder: "a", Clock: clock, TTL: time.Hour, Margin: time.Second})
+	if _, err := n.Next(context.Background()); err != nil {
+		t.Fatalf("Next with the clock %v ahead, margin 1s: %v", ahead, err)
+	}
+	// The window ends at the expiry (database time t0-400ms+1h) minus the
+	// margin; the deadline is 400 ms later by this clock.
+	end := t0.Add(-ahead + time.Hour - time.Second)
+	clock.Add(end.Sub(t0))
+	id, err := n.Next(context.Background())
+	if p, _ := n.Layout().Parse(id); err != nil || p.UnixMilli != end.UnixMilli() {
+		t.Fatalf("Next at the window's last millisecond = id at %d, %v; want %d", p.UnixMilli, err, end.UnixMilli())
+	}
+	clock.Add(ahead / 2) // past the window's end, before the deadline
+	if id, err := n.Next(context.Background()); !errors.Is(err, snowflake.ErrLeaseExpired) {
+		p, _ := n.Layout().Parse(id)
+		t.Fatalf("Next %v past the window's end = id at %d (end %d), %v; want ErrLeaseExpired", ahead/2, p.UnixMilli, end.UnixMilli(), err)
+	}
+	if st := n.Stats(); st.RefusedExpired != 1 || st.ClockOffset != -ahead {
+		t.Fatalf("stats: refused expired %d, clock offset %v; want 1 and %v", st.RefusedExpired, st.ClockOffset, -ahead)
+	}
+}
+
 // TestNode_RestartReusesWorkerID: an instance restarted with its clock set
 // back (a host clock stepped back at reboot; the database on the same host
 // sees the same clock) takes its old worker ID again, and its time floor
