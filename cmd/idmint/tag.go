@@ -50,7 +50,7 @@ func runTag(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	case "create":
 		fs.Int64Var(&spec.Step, "step", 1000, "minimum segment size")
 		fs.Int64Var(&spec.MaxStep, "max-step", 0, "maximum segment size (0: 1,000,000)")
-		fs.Int64Var(&spec.Start, "start", 1, "first ID to hand out")
+		fs.Int64Var(&spec.Start, "start", 1, "first ID to hand out (at most 2^63-step: one segment must fit below 2^63-1)")
 		fs.StringVar(&spec.Description, "description", "", "what the tag is for")
 		wantArgs = 1
 	case "list":
