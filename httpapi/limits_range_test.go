@@ -150,3 +150,26 @@ func TestLimits_RangeGrants(t *testing.T) {
 		})
 	}
 }
+
+// TestLimits_RangeRefusedByIDs: a range request refused by the ID limit
+// costs no range request either, since it writes nothing.
+func TestLimits_RangeRefusedByIDs(t *testing.T) {
+	// 100 IDs (MaxCount) and 2 range requests, never refilled.
+	_, base, m := limitedServerAt(t, httpapi.AuthConfig{},
+		httpapi.Limits{IDsPerSecondPerAddress: 10, RangeGrantsPerSecond: 1}, frozenClock())
+	if _, err := m.CreateTag(t.Context(), allocator.TagSpec{Name: "range", Step: 10, MaxStep: 100}); err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []struct {
+		size int64
+		want int
+	}{
+		{size: 60, want: http.StatusOK},
+		{size: 60, want: http.StatusTooManyRequests}, // 40 IDs left
+		{size: 40, want: http.StatusOK},              // the second range request
+	} {
+		if s, _, body := postWith(t, base+"/v1/segments", "", grantBody("range", step.size, uuid.Must(uuid.NewV7()))); s != step.want {
+			t.Fatalf("a range of %d: %d %s, want %d", step.size, s, body, step.want)
+		}
+	}
+}
