@@ -13,8 +13,9 @@
 // Access (auth.go): the ID routes are open or need a bearer token whose
 // scope covers the tag (AuthConfig.IDs); the admin routes always need an
 // admin token; the monitoring routes are open unless protected. Limits
-// (limits.go) bound query and body sizes, read times, and IDs per second per
-// token or client address. Routes added beside these that hand out IDs
+// (limits.go) bound query and body sizes, read times, IDs per second per
+// token or client address, and range requests (database writes) per second
+// per token or address. Routes added beside these that hand out IDs
 // wrap themselves in Server.IDAccess and call Server.AuthorizeTag once they
 // know their tag.
 //

@@ -4,11 +4,13 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"sync"
+	"net/netip"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
+
+	"github.com/idmint/idmint/internal/ratelimit"
 )
 
 // Limits bounds what one client can cost. Zero fields take the defaults
@@ -17,14 +19,25 @@ type Limits struct {
 	// IDsPerSecondPerToken bounds the IDs each token takes per second, in
 	// the token mode (0: unlimited). /ids counts its count, not 1, and
 	// POST /v1/segments the IDs it grants. A token made with a rate of its
-	// own (Token.IDsPerSecond) is bound by that instead.
+	// own (Token.IDsPerSecond) is bound by that instead. Each valid token
+	// has one limiter, kept with its entry in the token cache: the state is
+	// bounded by the tokens an admin made, and a bearer that is not a valid
+	// token makes none.
 	IDsPerSecondPerToken float64
-	// IDsPerSecondPerAddress bounds the IDs each client address takes per
-	// second, in the open mode (0: unlimited, the default: behind a proxy
-	// every client has the proxy's address).
+	// IDsPerSecondPerAddress bounds the IDs each client address (addrKey:
+	// an IPv6 address by its /64) takes per second, in the open mode (0:
+	// unlimited, the default: behind a proxy every client has the proxy's
+	// address).
 	IDsPerSecondPerAddress float64
-	// MaxAddresses bounds the addresses tracked (default 10,000); when it
-	// is full, idle ones are dropped and new ones share one budget.
+	// RangeGrantsPerSecond bounds the requests to POST /v1/segments and
+	// /v1/segments/giveback, each a write to the store, per client address
+	// in the open mode and per token in the token mode, with a burst of
+	// two seconds' worth (0: unlimited; idmint serve sets 20). A client
+	// takes one range every few seconds per tag at most.
+	RangeGrantsPerSecond float64
+	// MaxAddresses bounds the addresses (and, for RangeGrantsPerSecond,
+	// the tokens) tracked by each limit (default 10,000); when it is full,
+	// idle ones are dropped and new ones share one budget.
 	MaxAddresses int
 	// MaxQueryBytes bounds a request's query string (default 2048): 414.
 	MaxQueryBytes int
@@ -133,7 +146,13 @@ func (m *Metrics) refusedCounter() *prometheus.CounterVec {
 // newLimiter returns a limiter of perSecond IDs whose burst admits one
 // request of the largest count.
 func newLimiter(perSecond float64, maxCount int) *rate.Limiter {
-	return rate.NewLimiter(rate.Limit(perSecond), max(int(math.Ceil(perSecond)), maxCount))
+	return rate.NewLimiter(rate.Limit(perSecond), burstOf(perSecond, maxCount))
+}
+
+// burstOf is the burst of an ID limit: a second's worth, and at least one
+// request of the largest count.
+func burstOf(perSecond float64, maxCount int) int {
+	return max(int(math.Ceil(perSecond)), maxCount)
 }
 
 // take charges n IDs to l, or returns the 429 to answer, with the wait in
@@ -165,24 +184,34 @@ type idCharge struct {
 	now time.Time
 }
 
-// chargeIDs reserves asked IDs (at least 1, at most the limiter's burst) on
-// the limit that applies to r: its token's in the token mode (r has passed
-// IDAccess), its address's in the open mode. It returns the 429 to answer
-// when the budget is spent.
+// chargeIDs charges a request of the range endpoints: one write of the
+// range budget (rangeLimits) and asked IDs (at least 1, at most the
+// limiter's burst) of the ID limit that applies to r: its token's in the
+// token mode (r has passed IDAccess), its address's in the open mode. It
+// returns the 429 to answer when either budget is spent; a refused request
+// is charged nothing.
 func (s *Server) chargeIDs(r *http.Request, asked int64) (*idCharge, *apiError) {
 	c := &idCharge{now: s.cfg.Now()}
+	var p *principal
 	if s.cfg.Auth.IDs == AuthToken {
-		if p, _ := r.Context().Value(principalKey{}).(*principal); p != nil {
+		if p, _ = r.Context().Value(principalKey{}).(*principal); p != nil {
 			c.l = p.limiter
 		}
 	} else if s.addrLimits != nil {
 		c.l = s.addrLimits.limiter(clientAddr(r), c.now)
+	}
+	write, err := s.rangeLimits.reserve(r, p, c.now)
+	if err != nil {
+		return nil, err
 	}
 	if c.l == nil {
 		return c, nil
 	}
 	res, err := reserve(c.l, int(min(max(asked, 1), int64(c.l.Burst()))), c.now)
 	if err != nil {
+		if write != nil {
+			write.CancelAt(c.now)
+		}
 		return nil, err
 	}
 	c.res = res
@@ -217,26 +246,22 @@ func chargeToken(p *principal, n int, now time.Time) *apiError {
 	return take(p.limiter, n, now)
 }
 
-// addrLimits holds one limiter per client address, at most max of them.
-// When full, limiters that are idle (their budget full again) are dropped,
-// which loses nothing; if none is idle, new addresses share one limiter.
-// Cycling addresses thus cannot reset a busy address's budget.
+// addrLimits holds one limiter per client address (addrKey), at most
+// MaxAddresses of them, each request in O(1) however many addresses come
+// (ratelimit.Table). When full, an idle limiter (its budget full again) is
+// dropped for a new address, which loses nothing; when the least recently
+// used ones are all busy, new addresses share one budget. Cycling addresses
+// thus never resets a busy address's budget: an address holding a grudge
+// gets at most its own limit, plus a share of the overflow budget.
 type addrLimits struct {
-	perSecond float64
-	maxCount  int
-	max       int
-
-	mu       sync.Mutex // protects byAddr
-	byAddr   map[string]*rate.Limiter
-	overflow *rate.Limiter
+	table *ratelimit.Table[netip.Addr]
 }
 
 func newAddrLimits(perSecond float64, maxCount, maxAddrs int) *addrLimits {
 	if perSecond <= 0 {
 		return nil
 	}
-	return &addrLimits{perSecond: perSecond, maxCount: maxCount, max: maxAddrs,
-		byAddr: map[string]*rate.Limiter{}, overflow: newLimiter(perSecond, maxCount)}
+	return &addrLimits{table: ratelimit.New[netip.Addr](perSecond, burstOf(perSecond, maxCount), maxAddrs)}
 }
 
 func (a *addrLimits) charge(addr string, n int, now time.Time) *apiError {
@@ -244,24 +269,74 @@ func (a *addrLimits) charge(addr string, n int, now time.Time) *apiError {
 }
 
 func (a *addrLimits) limiter(addr string, now time.Time) *rate.Limiter {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if l := a.byAddr[addr]; l != nil {
-		return l
+	return a.table.Get(addrKey(addr), now)
+}
+
+// addrKey is the key of a client address (clientAddr) in the per-address
+// limits. An IPv4 address counts whole; an IPv6 address by its /64, the
+// smallest prefix a network gives one subscriber or link (RFC 6177): the
+// low 64 bits are the host's own to choose (privacy addresses, RFC 8981),
+// so keyed whole one host would be millions of clients. An IPv4-mapped
+// IPv6 address is its IPv4 address. Whatever does not parse (a Unix
+// socket's peer) shares one key.
+func addrKey(addr string) netip.Addr {
+	a, err := netip.ParseAddr(addr)
+	if err != nil {
+		return netip.Addr{}
 	}
-	if len(a.byAddr) >= a.max {
-		for k, l := range a.byAddr {
-			if l.TokensAt(now) >= float64(l.Burst()) {
-				delete(a.byAddr, k)
-			}
+	a = a.Unmap().WithZone("")
+	if a.Is6() {
+		p, _ := a.Prefix(64)
+		a = p.Addr()
+	}
+	return a
+}
+
+// rangeLimits bounds the writes to the store that the range endpoints make:
+// one a grant (a row of the segment log) or a give-back, per client address
+// (addrKey) in the open mode and per token in the token mode, so that a
+// flood of them is refused before it reaches the database. One of its
+// tables is nil, by the mode; a nil *rangeLimits limits nothing.
+type rangeLimits struct {
+	byAddr  *ratelimit.Table[netip.Addr]
+	byToken *ratelimit.Table[string]
+}
+
+// newRangeLimits returns the range limits of l in mode, or nil when
+// l.RangeGrantsPerSecond is 0. The burst is two seconds' worth.
+func newRangeLimits(l Limits, mode AuthMode) *rangeLimits {
+	per := l.RangeGrantsPerSecond
+	if per <= 0 {
+		return nil
+	}
+	burst := max(int(math.Ceil(2*per)), 1)
+	if mode == AuthToken {
+		return &rangeLimits{byToken: ratelimit.New[string](per, burst, l.MaxAddresses)}
+	}
+	return &rangeLimits{byAddr: ratelimit.New[netip.Addr](per, burst, l.MaxAddresses)}
+}
+
+// reserve takes one write of the budget of p (the token mode) or of r's
+// address (the open mode), or returns the 429 to answer. It returns a nil
+// reservation when nothing is limited.
+func (g *rangeLimits) reserve(r *http.Request, p *principal, now time.Time) (*rate.Reservation, *apiError) {
+	var l *rate.Limiter
+	switch {
+	case g == nil:
+		return nil, nil
+	case g.byToken != nil:
+		if p == nil {
+			return nil, nil // not reached: IDAccess refuses a request without a token
 		}
+		l = g.byToken.Get(p.token.ID, now)
+	default:
+		l = g.byAddr.Get(addrKey(clientAddr(r)), now)
 	}
-	if len(a.byAddr) >= a.max {
-		return a.overflow
+	res, err := reserve(l, 1, now)
+	if err != nil {
+		err.message = "too many range requests (grants and give-backs); retry after the time in Retry-After"
 	}
-	l := newLimiter(a.perSecond, a.maxCount)
-	a.byAddr[addr] = l
-	return l
+	return res, err
 }
 
 // clientAddr is the request's peer address without the port. Forwarded

@@ -24,6 +24,18 @@ import (
 // given, through HTTPServer, on loopback.
 func limitedServer(t *testing.T, auth httpapi.AuthConfig, limits httpapi.Limits) (*httpapi.Server, string, *allocator.MemStore) {
 	t.Helper()
+	return limitedServerAt(t, auth, limits, nil)
+}
+
+// limitedServerAt is limitedServer on the clock now (nil: time.Now). A
+// request's deadline is the server's clock plus its timeout, met by the
+// real clock: a clock that stands still (frozenClock) gets a minute.
+func limitedServerAt(t *testing.T, auth httpapi.AuthConfig, limits httpapi.Limits, now func() time.Time) (*httpapi.Server, string, *allocator.MemStore) {
+	t.Helper()
+	timeout := 5 * time.Second
+	if now != nil {
+		timeout = time.Minute
+	}
 	m := allocator.NewMemStore()
 	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: 1000}); err != nil {
 		t.Fatal(err)
@@ -31,7 +43,7 @@ func limitedServer(t *testing.T, auth httpapi.AuthConfig, limits httpapi.Limits)
 	a := allocator.New(allocator.Config{Store: m, Logger: quiet(), Segment: segment.Config{WaitTimeout: 5 * time.Second}})
 	t.Cleanup(func() { a.Close(context.Background()) })
 	auth.Tokens = m
-	api := httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), MaxCount: 100, Auth: auth, Limits: limits, Admin: m})
+	api := httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), MaxCount: 100, Auth: auth, Limits: limits, Admin: m, Now: now, RequestTimeout: timeout})
 	srv := api.HTTPServer()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -218,12 +230,18 @@ func TestLimits_RateByIDs(t *testing.T) {
 
 func postWith(t *testing.T, url, bearer, body string) (int, http.Header, []byte) {
 	t.Helper()
+	return postFrom(t, client, url, bearer, body)
+}
+
+// postFrom is postWith through the client c.
+func postFrom(t *testing.T, c *http.Client, url, bearer, body string) (int, http.Header, []byte) {
+	t.Helper()
 	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	if bearer != "" {
 		req.Header.Set("Authorization", "Bearer "+bearer)
 	}
-	resp, err := client.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,9 +80,10 @@ type Server struct {
 	requestPrefix string
 
 	// auth checks bearer tokens; addrLimits is nil unless per-address
-	// limits are set.
-	auth       *authenticator
-	addrLimits *addrLimits
+	// limits are set, rangeLimits unless range requests are limited.
+	auth        *authenticator
+	addrLimits  *addrLimits
+	rangeLimits *rangeLimits
 }
 
 // NewServer returns the API over cfg.Allocator.
@@ -110,6 +111,7 @@ func NewServer(cfg Config) *Server {
 	s := &Server{cfg: cfg, requestPrefix: requestPrefix()}
 	s.exchanges.New = func() any { return new(exchange) }
 	s.initAccess()
+	s.rangeLimits = newRangeLimits(s.cfg.Limits, s.cfg.Auth.IDs)
 	r := chi.NewRouter()
 	// What serve does around the router (request ID, bounded wait,
 	// recovery, metrics) applies to every route; this caps query and body

@@ -329,6 +329,7 @@ func TestServe_FlagBounds(t *testing.T) {
 	for _, bad := range [][]string{
 		{"--prune-after", "1ns"}, {"--prune-after", "59m"}, {"--prune-after", "-1h"},
 		{"--max-count", "0"}, {"--max-count", "1000001"},
+		{"--range-grants-per-second", "-1"}, {"--range-grants-per-second", "NaN"},
 	} {
 		var stderr bytes.Buffer
 		// Bounded: an accepted value would serve until the context ends.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"runtime/pprof"
@@ -46,6 +47,7 @@ type accessConfig struct {
 	protectMonitoring bool
 	tokenRate         float64
 	addressRate       float64
+	rangeRate         float64
 	readTimeout       time.Duration
 }
 
@@ -54,6 +56,7 @@ func (a *accessConfig) register(fs *flag.FlagSet) {
 	fs.BoolVar(&a.protectMonitoring, "protect-monitoring", false, "make /metrics, /id/health and /id/dashboard need a token with the monitor or admin scope")
 	fs.Float64Var(&a.tokenRate, "ids-per-second-per-token", 0, "IDs per second each token may take with --auth token (0: unlimited); /ids counts its count")
 	fs.Float64Var(&a.addressRate, "ids-per-second-per-address", 0, "IDs per second each client address may take with --auth open (0: unlimited; behind a proxy all clients share its address)")
+	fs.Float64Var(&a.rangeRate, "range-grants-per-second", 20, "range requests (POST /v1/segments and its give-back, each a database write) per second each client address (--auth open) or token (--auth token) may make, burst twice that (0: unlimited)")
 	fs.DurationVar(&a.readTimeout, "read-timeout", 10*time.Second, "longest a client may take to send a whole request (slow clients are disconnected)")
 }
 
@@ -62,8 +65,12 @@ func (a *accessConfig) httpConfig(tokens httpapi.TokenLister) (httpapi.AuthConfi
 	if mode != httpapi.AuthOpen && mode != httpapi.AuthToken {
 		return httpapi.AuthConfig{}, httpapi.Limits{}, fmt.Errorf("--auth %q: want open or token", truncateArg(a.auth))
 	}
+	if !(a.rangeRate >= 0) || math.IsInf(a.rangeRate, 1) {
+		return httpapi.AuthConfig{}, httpapi.Limits{}, fmt.Errorf("--range-grants-per-second %v: want 0 (unlimited) or a positive number", a.rangeRate)
+	}
 	return httpapi.AuthConfig{Tokens: tokens, IDs: mode, ProtectMonitoring: a.protectMonitoring},
-		httpapi.Limits{IDsPerSecondPerToken: a.tokenRate, IDsPerSecondPerAddress: a.addressRate, ReadTimeout: a.readTimeout}, nil
+		httpapi.Limits{IDsPerSecondPerToken: a.tokenRate, IDsPerSecondPerAddress: a.addressRate,
+			RangeGrantsPerSecond: a.rangeRate, ReadTimeout: a.readTimeout}, nil
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
