@@ -53,7 +53,7 @@ type Config struct {
 	// once (defaults 20ms and 1s), with full jitter.
 	RetryMin, RetryMax time.Duration
 	// Segment holds the buffer settings every tag uses: Period, Threshold,
-	// WaitTimeout, LoadTimeout, MinBackoff, MaxBackoff, OnLoad. Tag, Loader,
+	// WaitTimeout, MaxWait, LoadTimeout, MinBackoff, MaxBackoff, OnLoad. Tag, Loader,
 	// Logger and Floor are set by the client.
 	Segment segment.Config
 	Logger  *slog.Logger
