@@ -53,8 +53,8 @@ type Config struct {
 	// once (defaults 20ms and 1s), with full jitter.
 	RetryMin, RetryMax time.Duration
 	// Segment holds the buffer settings every tag uses: Period, Threshold,
-	// WaitTimeout, MaxWait, LoadTimeout, MinBackoff, MaxBackoff, OnLoad. Tag, Loader,
-	// Logger and Floor are set by the client.
+	// WaitTimeout, MaxWait, LoadTimeout, MinBackoff, MaxBackoff, OnLoad.
+	// Tag, Loader, Logger and Floor are set by the client.
 	Segment segment.Config
 	Logger  *slog.Logger
 }
