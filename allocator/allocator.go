@@ -21,7 +21,7 @@ type Config struct {
 	// Instance names this process in the segment log (default "idmint").
 	Instance string
 	// Segment holds the buffer settings every tag uses: Period, Threshold,
-	// WaitTimeout, LoadTimeout, MinBackoff, MaxBackoff, OnLoad. Tag,
+	// WaitTimeout, MaxWait, LoadTimeout, MinBackoff, MaxBackoff, OnLoad. Tag,
 	// Loader, Logger and Now are set by the allocator.
 	Segment segment.Config
 	// AttemptTimeout bounds one store call within a load (default 3s), so a

@@ -41,31 +41,53 @@ type Config struct {
 	URLs []string
 	// Tags are loaded by New, so that the first IDs need no round trip.
 	Tags []string
-	// HTTPClient sends the requests (default: a client of its own).
+	// HTTPClient sends the requests (default: a client of its own, whose
+	// idle connections Close closes).
 	HTTPClient *http.Client
-	// AttemptTimeout bounds one HTTP request (default 2s).
+	// AttemptTimeout bounds one HTTP request (default half of
+	// Segment.WaitTimeout: 1s). It must be below Segment.WaitTimeout when
+	// both are set: callers waiting for a range then still wait when a slow
+	// reply's attempt is given up, for the retry on the next instance.
 	AttemptTimeout time.Duration
 	// RetryMin and RetryMax bound the pause after every instance failed
 	// once (defaults 20ms and 1s), with full jitter.
 	RetryMin, RetryMax time.Duration
 	// Segment holds the buffer settings every tag uses: Period, Threshold,
-	// WaitTimeout, LoadTimeout, MinBackoff, MaxBackoff, OnLoad. Tag, Loader,
-	// Logger and Floor are set by the client.
+	// WaitTimeout, MaxWait, LoadTimeout, MinBackoff, MaxBackoff, OnLoad.
+	// Tag, Loader, Logger and Floor are set by the client.
 	Segment segment.Config
 	Logger  *slog.Logger
 }
 
-func (c *Config) setDefaults() {
+// check reports settings that cannot work together; zero fields are
+// defaults and pass.
+func (c *Config) check() error {
+	if len(c.URLs) == 0 {
+		return errors.New("client: no URLs")
+	}
+	if a, w := c.AttemptTimeout, c.Segment.WaitTimeout; a > 0 && w > 0 && a >= w {
+		return fmt.Errorf("client: AttemptTimeout %v must be below Segment.WaitTimeout %v, or a slow reply times out the callers waiting for it", a, w)
+	}
+	return nil
+}
+
+// setDefaults fills in the zero fields; it returns the transport it made
+// for a default HTTPClient, nil when the caller gave one.
+func (c *Config) setDefaults() (own *http.Transport) {
 	if c.HTTPClient == nil {
-		c.HTTPClient = &http.Client{Transport: &http.Transport{
+		own = &http.Transport{
 			Proxy:               http.ProxyFromEnvironment,
 			DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 			MaxIdleConnsPerHost: 8,
 			IdleConnTimeout:     90 * time.Second,
-		}}
+		}
+		c.HTTPClient = &http.Client{Transport: own}
+	}
+	if c.Segment.WaitTimeout <= 0 {
+		c.Segment.WaitTimeout = segment.DefaultWaitTimeout
 	}
 	if c.AttemptTimeout <= 0 {
-		c.AttemptTimeout = 2 * time.Second
+		c.AttemptTimeout = c.Segment.WaitTimeout / 2
 	}
 	if c.RetryMin <= 0 {
 		c.RetryMin = 20 * time.Millisecond
@@ -76,6 +98,7 @@ func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	return own
 }
 
 // Client hands out IDs of many tags from ranges granted by idmint
@@ -92,20 +115,27 @@ type Client struct {
 	// requests counts range requests sent (attempts, not loads).
 	requests atomic.Int64
 
-	mu     sync.Mutex // protects tags, closed and replacing buffers
+	// transport is the HTTPClient's transport when the client made it
+	// itself: Close closes its idle connections.
+	transport *http.Transport
+
+	mu     sync.Mutex // protects tags, closed, replacing buffers and adding to dropping
 	tags   map[string]*tagLoads
 	closed bool
+	// dropping tracks the closes of buffers dropped for unknown tags; Close
+	// waits for them.
+	dropping sync.WaitGroup
 }
 
 // New returns a client of the instances at cfg.URLs. When cfg.Tags is set
 // it loads the first range of each within ctx and fails if one cannot be
 // loaded; otherwise it sends nothing until the first Next.
 func New(ctx context.Context, cfg Config) (*Client, error) {
-	cfg.setDefaults()
-	if len(cfg.URLs) == 0 {
-		return nil, errors.New("client: no URLs")
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
-	c := &Client{cfg: cfg, tags: map[string]*tagLoads{}}
+	own := cfg.setDefaults()
+	c := &Client{cfg: cfg, tags: map[string]*tagLoads{}, transport: own}
 	for _, raw := range cfg.URLs {
 		u, err := url.Parse(raw)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -130,8 +160,9 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 }
 
 // Next returns the next ID of tag. In steady state it is one atomic add;
-// it waits only when both ranges of the tag are empty, and then at most
-// Segment.WaitTimeout.
+// it waits only when both ranges of the tag are empty, and then for its
+// turn on the ranges that arrive: at most Segment.WaitTimeout without one,
+// Segment.MaxWait in all.
 func (c *Client) Next(ctx context.Context, tag string) (int64, error) {
 	// The fast path is inlined and makes no call; see allocator.Next.
 	if b := c.buffers.Load().Find(tag); b != nil {
@@ -228,7 +259,7 @@ func (c *Client) takeFailed(tag string, b *segment.Buffer, err error) error {
 			next := maps.Clone(bufs)
 			delete(next, tag)
 			c.buffers.Store(segment.NewIndex(next))
-			go b.Close() // holds nothing: it never loaded a range
+			c.dropping.Go(func() { b.Close() }) // holds nothing: it never loaded a range
 		}
 		c.mu.Unlock()
 		return fmt.Errorf("%w: %q", ErrUnknownTag, tag)
@@ -256,8 +287,10 @@ func (c *Client) Stats() Stats {
 
 // Close stops background loads and gives back, for each tag, the unused
 // tail of its newest range, when no one was granted anything after it. The
-// other unused IDs are a gap. Next fails with ErrClosed afterwards. ctx
-// bounds the give-backs.
+// other unused IDs are a gap. It waits for the client's goroutines, and
+// closes the idle connections of the transport it made (not those of a
+// Config.HTTPClient). Next fails with ErrClosed afterwards. ctx bounds the
+// give-backs.
 func (c *Client) Close(ctx context.Context) error {
 	c.mu.Lock()
 	if c.closed {
@@ -285,6 +318,10 @@ func (c *Client) Close(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
+	c.dropping.Wait()
+	if c.transport != nil {
+		c.transport.CloseIdleConnections()
+	}
 	return errors.Join(errs...)
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,9 +70,16 @@ type Config struct {
 	// Threshold is the used fraction of the current range that starts the
 	// background fetch of the next one (default 0.1, as in Leaf).
 	Threshold float64
-	// WaitTimeout bounds how long a caller waits when both ranges are empty
-	// (default 2s).
+	// WaitTimeout bounds how long a caller waits for a range to arrive when
+	// both ranges are empty (default DefaultWaitTimeout). Waiting callers
+	// are served from the ranges that arrive in turn, first come first
+	// served; a caller whose turn has not come when a range arrives waits
+	// WaitTimeout again for the next one.
 	WaitTimeout time.Duration
+	// MaxWait bounds a caller's whole wait while ranges keep arriving but
+	// go to the callers queued before it (default 4×WaitTimeout, never
+	// below WaitTimeout).
+	MaxWait time.Duration
 	// LoadTimeout bounds one background load (default 10s).
 	LoadTimeout time.Duration
 	// MinBackoff and MaxBackoff bound the pause after a failed load
@@ -98,8 +106,12 @@ func (c *Config) setDefaults() {
 		c.Threshold = 0.1
 	}
 	if c.WaitTimeout <= 0 {
-		c.WaitTimeout = 2 * time.Second
+		c.WaitTimeout = DefaultWaitTimeout
 	}
+	if c.MaxWait <= 0 {
+		c.MaxWait = 4 * c.WaitTimeout
+	}
+	c.MaxWait = max(c.MaxWait, c.WaitTimeout)
 	if c.LoadTimeout <= 0 {
 		c.LoadTimeout = 10 * time.Second
 	}
@@ -116,6 +128,9 @@ func (c *Config) setDefaults() {
 		c.Now = time.Now
 	}
 }
+
+// DefaultWaitTimeout is Config.WaitTimeout's default.
+const DefaultWaitTimeout = 2 * time.Second
 
 // span is a range being served. next is the next ID to hand out; it only
 // grows, so every value returned by next.Add is handed out at most once.
@@ -230,7 +245,20 @@ type Buffer struct {
 	abandoned int64
 	givenBack int64
 	late      []Range // granted after Close began; reported by Close
-	counters  counters
+	// waiters are the callers waiting for the next range, first come
+	// first: a range that arrives serves them before anyone else can take
+	// from it (serveWaitersLocked).
+	waiters  []*waiter
+	counters counters
+}
+
+// waiter is a caller queued for IDs from the next ranges. The lock holder
+// that serves it sets r and served, and takes it off Buffer.waiters.
+type waiter struct {
+	n      int64 // IDs wanted; 0 waits only for an ID to be there (Ready)
+	r      Range // what a refill handed it, once served
+	served bool
+	queued bool // in Buffer.waiters
 }
 
 type counters struct {
@@ -266,7 +294,8 @@ const (
 )
 
 // Take returns the next ID. It only waits when both ranges are empty, and
-// then at most WaitTimeout.
+// then for its turn on the ranges that arrive: at most WaitTimeout without
+// one, MaxWait in all.
 func (b *Buffer) Take(ctx context.Context) (int64, error) {
 	if s := b.cur.Load(); s != nil {
 		if id, ok := s.take(); ok {
@@ -354,7 +383,7 @@ func (b *Buffer) TakeRanges(ctx context.Context, n int, dst []Range) ([]Range, e
 	return dst, nil
 }
 
-// Ready waits, at most WaitTimeout, until the buffer has an ID to hand out,
+// Ready waits, as Take does, until the buffer has an ID to hand out,
 // loading the first range if needed. It takes no ID.
 func (b *Buffer) Ready(ctx context.Context) error {
 	_, err := b.takeSlow(ctx, 0)
@@ -379,47 +408,140 @@ func (b *Buffer) prefetch() {
 	b.mu.Unlock()
 }
 
-// takeSlow switches to the next range or waits for a load, at most
-// WaitTimeout. n == 0 only waits for an ID to be available.
+// takeSlow switches to the next range or waits for a load: for its turn on
+// the ranges that arrive, at most WaitTimeout without one and MaxWait in
+// all. n == 0 only waits for an ID to be available.
 func (b *Buffer) takeSlow(ctx context.Context, n int64) (Range, error) {
-	timer := time.NewTimer(b.cfg.WaitTimeout)
-	defer timer.Stop()
+	var (
+		w           *waiter // queued for the next ranges once it must wait
+		wait, limit *time.Timer
+		seen        int64 // ranges granted when it last looked
+	)
+	defer func() {
+		if wait != nil {
+			wait.Stop()
+			limit.Stop()
+		}
+	}()
 	for {
-		b.mu.Lock()
-		if b.closed {
-			b.mu.Unlock()
-			return Range{}, ErrClosed
+		r, done, loads, err := b.turn(&w, n)
+		if done == nil {
+			return r, err
 		}
-		if r, ok := b.takeLocked(n); ok {
-			b.mu.Unlock()
-			return r, nil
+		switch {
+		case wait == nil:
+			wait = time.NewTimer(b.cfg.WaitTimeout)
+			limit = time.NewTimer(b.cfg.MaxWait)
+		case loads != seen:
+			// Ranges arrived and went to the callers queued before this
+			// one: it is nearer its turn, and waits for the next range.
+			wait.Reset(b.cfg.WaitTimeout)
 		}
-		if !b.loading {
-			if err := b.failFastLocked(); err != nil {
-				b.mu.Unlock()
-				return Range{}, err
-			}
-			b.startLoadLocked()
-		} else if b.lastErr != nil {
-			// The last load failed and its retry is in flight: during an
-			// outage, waiting on it would make every request slow. The
-			// caller that started the retry waits; the others fail fast.
-			err := &UnavailableError{Tag: b.cfg.Tag, RetryAfter: max(b.backoff, b.cfg.MinBackoff), Err: b.lastErr}
-			b.mu.Unlock()
-			return Range{}, err
-		}
-		done := b.loadDone
-		b.starved = true
-		b.mu.Unlock()
-
+		seen = loads
 		select {
 		case <-done:
-		case <-timer.C:
-			return Range{}, fmt.Errorf("%w: tag %q: no segment within %v", ErrUnavailable, b.cfg.Tag, b.cfg.WaitTimeout)
+		case <-wait.C:
+			return b.giveUp(w, fmt.Errorf("%w: tag %q: no segment within %v", ErrUnavailable, b.cfg.Tag, b.cfg.WaitTimeout))
+		case <-limit.C:
+			return b.giveUp(w, fmt.Errorf("%w: tag %q: no ids within %v: the ranges that arrived went to callers queued before", ErrUnavailable, b.cfg.Tag, b.cfg.MaxWait))
 		case <-ctx.Done():
-			return Range{}, fmt.Errorf("%w: tag %q: %w", ErrUnavailable, b.cfg.Tag, ctx.Err())
+			return b.giveUp(w, fmt.Errorf("%w: tag %q: %w", ErrUnavailable, b.cfg.Tag, ctx.Err()))
 		}
 	}
+}
+
+// turn is one look of takeSlow under the lock. It returns what *wp was
+// served, or takes from the ranges, or else queues *wp (made on first use)
+// and returns the channel of the load to wait for and the count of ranges
+// granted so far. With a nil channel the wait is over: the range or the
+// error is the caller's.
+func (b *Buffer) turn(wp **waiter, n int64) (Range, <-chan struct{}, int64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if w := *wp; w != nil && w.served {
+		return w.r, nil, 0, nil
+	}
+	r, done, err := b.tryLocked(n)
+	if done == nil {
+		b.dequeueLocked(*wp)
+		return r, nil, 0, err
+	}
+	if *wp == nil {
+		*wp = &waiter{n: n, queued: true}
+		b.waiters = append(b.waiters, *wp)
+	}
+	b.starved = true
+	return Range{}, done, b.counters.loads, nil
+}
+
+// tryLocked takes n IDs or, when there are none, starts a load unless one is
+// in flight and returns the channel that the load closes. With a nil channel
+// it returns the range or the error.
+func (b *Buffer) tryLocked(n int64) (Range, <-chan struct{}, error) {
+	if b.closed {
+		return Range{}, nil, ErrClosed
+	}
+	if r, ok := b.takeLocked(n); ok {
+		return r, nil, nil
+	}
+	if !b.loading {
+		if err := b.failFastLocked(); err != nil {
+			return Range{}, nil, err
+		}
+		b.startLoadLocked()
+	} else if b.lastErr != nil {
+		// The last load failed and its retry is in flight: during an
+		// outage, waiting on it would make every request slow. The
+		// caller that started the retry waits; the others fail fast.
+		return Range{}, nil, &UnavailableError{Tag: b.cfg.Tag, RetryAfter: max(b.backoff, b.cfg.MinBackoff), Err: b.lastErr}
+	}
+	return Range{}, b.loadDone, nil
+}
+
+// giveUp ends w's wait with err, unless a refill served w meanwhile: those
+// IDs are taken for it, and handing them out beats leaving them a gap.
+func (b *Buffer) giveUp(w *waiter, err error) (Range, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if w.served {
+		return w.r, nil
+	}
+	b.dequeueLocked(w)
+	return Range{}, err
+}
+
+// dequeueLocked takes w, if queued, off the waiters.
+func (b *Buffer) dequeueLocked(w *waiter) {
+	if w == nil || !w.queued {
+		return
+	}
+	if i := slices.Index(b.waiters, w); i >= 0 {
+		b.waiters = slices.Delete(b.waiters, i, i+1)
+	}
+	w.queued = false
+}
+
+// serveWaitersLocked hands the waiters, first come first, their IDs from
+// sp, a range not yet published: nobody else can take from it yet. It stops
+// at the first waiter sp cannot serve, which keeps its turn.
+func (b *Buffer) serveWaitersLocked(sp *span) {
+	served := 0
+	for _, w := range b.waiters {
+		if w.n == 0 {
+			if sp.used() >= sp.Len() {
+				break
+			}
+		} else {
+			r, ok := sp.takeN(w.n)
+			if !ok {
+				break
+			}
+			w.r = r
+		}
+		w.served, w.queued = true, false
+		served++
+	}
+	b.waiters = slices.Delete(b.waiters, 0, served)
 }
 
 // takeLocked takes from the current range, switching to the next when the
@@ -637,8 +759,16 @@ func (b *Buffer) grantedLocked(g Grant, latency time.Duration) {
 	}
 	sp := newSpan(g.Range, b.cfg.Threshold)
 	if cur := b.cur.Load(); cur == nil || cur.used() >= cur.Len() {
+		// The callers waiting for this range come first; the lock-free
+		// takers get what they leave once it is published.
+		b.serveWaitersLocked(sp)
 		b.next = sp
 		b.switchLocked()
+		if sp.next.Load() > sp.prefetchAt {
+			// The waiters took the threshold, or all of it: the next
+			// load is due now, as it would be after a locked take.
+			b.startLoadLocked()
+		}
 		return
 	}
 	b.next = sp
