@@ -306,12 +306,20 @@ func (r *replicator) confirm(ctx context.Context, conn querier) error {
 	r.sawTimeline(timeline)
 	start := time.Now()
 	pause := r.cfg.PollMin
+	var v verdict
+	late := func() error {
+		return r.failed(fmt.Errorf("%w: WAL %s not %sed by %s after %v: %w",
+			ErrNotReplicated, lsnText, r.cfg.Ack, names(v.behind), time.Since(start).Round(time.Millisecond), ctx.Err()), v.behind)
+	}
 	for {
 		ro, err := readMembers(ctx, conn)
-		if err != nil {
+		switch {
+		case err != nil && ctx.Err() != nil && len(v.behind) > 0:
+			return late()
+		case err != nil:
 			return r.failed(fmt.Errorf("%w: read the standbys: %w", ErrNotReplicated, err), nil)
 		}
-		v := judge(ro, lsn, r.cfg.Ack)
+		v = judge(ro, lsn, r.cfg.Ack)
 		if err := r.remember(ctx, conn, v, timeline); err != nil {
 			return r.failed(fmt.Errorf("%w: %w", ErrNotReplicated, err), nil)
 		}
@@ -332,8 +340,7 @@ func (r *replicator) confirm(ctx context.Context, conn querier) error {
 		}
 		select {
 		case <-ctx.Done():
-			return r.failed(fmt.Errorf("%w: WAL %s not %sed by %s after %v: %w",
-				ErrNotReplicated, lsnText, r.cfg.Ack, names(v.behind), time.Since(start).Round(time.Millisecond), ctx.Err()), v.behind)
+			return late()
 		case <-time.After(pause):
 		}
 		pause = min(pause+pause/2, r.cfg.PollMax)

@@ -263,6 +263,7 @@ func TestPostgres_RequiredSet(t *testing.T) {
 		}
 		served(t, late)
 		r.Standby.Start(t)
+		r.WaitReplayed(t)
 		served(t, late)
 		if recs, _ := late.Standbys(ctx); len(recs) != 1 || recs[0].ForgottenAt != nil {
 			t.Fatalf("records %+v; want the standby seen again, no longer forgotten", recs)
@@ -289,12 +290,13 @@ func TestPostgres_RequiredSet(t *testing.T) {
 		r, db := replicated(t, pgtest.ReplicationOptions{})
 		r.ReceiveWAL(t)
 		store := withReplicas(t, r.URL(db), 1)
-		// On PostgreSQL 15, pg_receivewal reports write and flush
-		// positions but no replay position; a standby reports all three.
+		// On PostgreSQL 15, pg_receivewal reports a write position but no
+		// replay position (nor a flush one until it closes a WAL file); a
+		// standby reports all three.
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			var archivers, standbys int
-			err := store.Pool().QueryRow(ctx, `SELECT count(*) FILTER (WHERE replay_lsn IS NULL AND flush_lsn IS NOT NULL),
+			err := store.Pool().QueryRow(ctx, `SELECT count(*) FILTER (WHERE replay_lsn IS NULL AND write_lsn IS NOT NULL),
     count(*) FILTER (WHERE replay_lsn IS NOT NULL) FROM pg_stat_replication`).Scan(&archivers, &standbys)
 			if err != nil {
 				t.Fatal(err)

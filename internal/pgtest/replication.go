@@ -1,6 +1,7 @@
 package pgtest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -348,6 +349,8 @@ func (r *Replication) ReceiveWAL(tb testing.TB) {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	}
 	cmd.WaitDelay = 5 * time.Second
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		cancel()
 		tb.Fatalf("pgtest: pg_receivewal: %v", err)
@@ -355,6 +358,9 @@ func (r *Replication) ReceiveWAL(tb testing.TB) {
 	tb.Cleanup(func() {
 		cancel()
 		_ = cmd.Wait()
+		if tb.Failed() {
+			tb.Logf("pg_receivewal said: %s", out.String())
+		}
 	})
 }
 
