@@ -175,8 +175,12 @@ func (s ReplicationStatus) TimelineChanged() bool {
 // primary has servers that could be promoted, none of them synchronous,
 // and idmint does not wait for them.
 func (s ReplicationStatus) AtRisk() bool {
-	return (len(s.Standbys) > 0 || s.Hidden > 0) && s.SyncReplicas == 0 && s.Required == 0
+	return (s.candidates() > 0 || s.Hidden > 0) && s.SyncReplicas == 0 && s.Required == 0
 }
+
+// candidates counts the servers that could be promoted: the required set,
+// or the standbys connected when a caller filled only those.
+func (s ReplicationStatus) candidates() int { return max(s.Replicas, len(s.Standbys)) }
 
 // Warnings says, one sentence each, what an operator should know: only
 // asynchronous standbys, standbys holding grants back, fewer connected
@@ -191,8 +195,8 @@ func (s ReplicationStatus) Warnings() []string {
 		w = append(w, fmt.Sprintf("the database role may not read pg_stat_replication (%d WAL senders hidden): grants wait for them unless they stream through a slot; grant it pg_monitor", s.Hidden))
 	case s.Hidden > 0:
 		w = append(w, fmt.Sprintf("the database role may not read pg_stat_replication (%d WAL senders hidden) and replicas_required off: a failover can lose grants already served; grant it pg_monitor", s.Hidden))
-	case len(s.Standbys) > 0 && s.SyncReplicas == 0 && s.Required == 0:
-		w = append(w, fmt.Sprintf("only asynchronous replicas (%d) and replicas_required off: a failover can lose grants already served and hand them out again", len(s.Standbys)))
+	case s.candidates() > 0 && s.SyncReplicas == 0 && s.Required == 0:
+		w = append(w, fmt.Sprintf("only asynchronous replicas (%d) and replicas_required off: a failover can lose grants already served and hand them out again", s.candidates()))
 	case s.Replicas > 0 && s.SyncReplicas == 0:
 		who := "every server that could be promoted has"
 		if s.Required > 0 {

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/httpapi"
@@ -48,7 +49,14 @@ func TestHealth_Replication(t *testing.T) {
 		{name: "fewer than required", src: replicationSource{st: with(func(s *allocator.ReplicationStatus) { s.Replicas, s.SyncReplicas, s.Required = 1, 1, 2 })},
 			status: httpapi.StatusDegraded, reason: "replicas_required 2 but 1 connected"},
 		{name: "hidden from the role", src: replicationSource{st: with(func(s *allocator.ReplicationStatus) { s.Hidden = 1 })},
-			status: httpapi.StatusDegraded, reason: "grant it pg_monitor", atRisk: true, metric: "idmint_database_replicas_hidden 1"},
+			status: httpapi.StatusDegraded, reason: "grant it pg_monitor", metric: "idmint_database_replicas_hidden 1"},
+		{name: "hidden, wait off", src: replicationSource{st: with(func(s *allocator.ReplicationStatus) { s.Hidden, s.Required = 1, 0 })},
+			status: httpapi.StatusDegraded, reason: "grant it pg_monitor", atRisk: true, metric: "idmint_database_grants_at_risk 1"},
+		{name: "standby held", src: replicationSource{st: with(func(s *allocator.ReplicationStatus) {
+			away := allocator.Standby{Name: "db2", Kind: allocator.KindRemembered, State: "disconnected"}
+			s.Standbys, s.Held = []allocator.Standby{away}, []allocator.HeldStandby{{Standby: away, Since: time.Now().Add(-time.Minute)}}
+		})},
+			status: httpapi.StatusDegraded, reason: "waiting for db2 (remembered, disconnected)", metric: "idmint_replication_held_standbys 1"},
 		{name: "failover seen", src: replicationSource{st: with(func(s *allocator.ReplicationStatus) { s.Timeline = 2 })},
 			status: httpapi.StatusOK, changed: true, metric: "idmint_database_timeline_changed 1"},
 		{name: "status unreadable", src: replicationSource{err: errors.New("boom")}, status: httpapi.StatusOK},
