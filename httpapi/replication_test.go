@@ -105,3 +105,37 @@ func TestHealth_Replication(t *testing.T) {
 		}
 	})
 }
+
+// TestAdmin_Standbys: GET /v1/standbys lists the remembered standbys and
+// DELETE /v1/standbys/{name} forgets one, with an admin token only; a name
+// not remembered is a 404.
+func TestAdmin_Standbys(t *testing.T) {
+	pg := stores(t)["postgres"](t).(*allocator.Postgres)
+	if _, err := pg.Pool().Exec(context.Background(), `INSERT INTO idmint_standbys (name, slot, timeline) VALUES ('db2@10.0.0.2', false, 1)`); err != nil {
+		t.Fatal(err)
+	}
+	a := allocator.New(allocator.Config{Store: pg, Logger: quiet()})
+	t.Cleanup(func() { a.Close(context.Background()) })
+	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{
+		Allocator: a, Logger: quiet(), Admin: pg, Replication: pg, Auth: httpapi.AuthConfig{Tokens: pg},
+	})))
+	t.Cleanup(srv.Close)
+	_, admin := token(t, pg, "ops", "admin")
+
+	if s, _, body := do(t, srv, "GET", "/v1/standbys", "", nil); s != 401 {
+		t.Fatalf("list without a token: %d %s", s, body)
+	}
+	s, _, body := do(t, srv, "GET", "/v1/standbys", admin, nil)
+	if s != 200 || !strings.Contains(string(body), `"name":"db2@10.0.0.2"`) || strings.Contains(string(body), "forgotten_at") {
+		t.Fatalf("list: %d %s", s, body)
+	}
+	if s, _, body := do(t, srv, "DELETE", "/v1/standbys/db2@10.0.0.2", admin, nil); s != 204 {
+		t.Fatalf("forget: %d %s", s, body)
+	}
+	if s, _, body := do(t, srv, "DELETE", "/v1/standbys/db2@10.0.0.2", admin, nil); s != 404 {
+		t.Fatalf("forget again: %d %s", s, body)
+	}
+	if s, _, body := do(t, srv, "GET", "/v1/standbys", admin, nil); s != 200 || !strings.Contains(string(body), "forgotten_at") {
+		t.Fatalf("list after forget: %d %s", s, body)
+	}
+}
