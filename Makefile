@@ -88,14 +88,14 @@ drill-ha:
 	$(GO) test -p 1 -count=1 -v -timeout 90m -run '^(TestCluster_Failover|TestDrillHA)$$' ./internal/hacluster ./cmd/idmint
 
 # drill-failover repeats the failover tests on real streaming replication
-# (a lagging asynchronous standby promoted, a synchronous one promoted under
-# load) FAILOVER_RUNS times and fails on any duplicate or refusal, e.g.
+# (a lagging asynchronous standby promoted, a disconnected one promoted after
+# the instances died, a synchronous one promoted under load) FAILOVER_RUNS times and fails on any duplicate or refusal, e.g.
 # make drill-failover FAILOVER_RUNS=10 (IDMINT_TEST_PG=local or docker).
 FAILOVER_RUNS ?= 10
 drill-failover:
 	@out=$$(mktemp); status=0; \
 	$(GO) test -race -count=$(FAILOVER_RUNS) -timeout 60m -run '^TestFailover_' -v ./internal/faults >"$$out" 2>&1 || status=$$?; \
-	grep -E '^(--- |ok|FAIL|panic)|failover_test.go:[0-9]+: (async|sync|primary|the same|gave up)|DUPLICATE|refused:' "$$out"; \
+	grep -E '^(--- |ok|FAIL|panic)|failover_test.go:[0-9]+: (async|sync|primary|the same|gave up|disconnected)|DUPLICATE|refused:' "$$out"; \
 	if [ $$status -ne 0 ]; then tail -n 60 "$$out"; fi; rm -f "$$out"; exit $$status
 
 # mutate applies each mutation of scripts/mutations.txt to a copy of the

@@ -4,21 +4,26 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Replicas is how many standbys must have a grant's WAL before any of its
+// Replicas says which standbys must have a grant's WAL before any of its
 // IDs is served (see ReplicationConfig).
 type Replicas int
 
-// ReplicasAuto waits for every standby streaming from the primary when the
-// grant commits: none on a single server, so no wait there.
+// ReplicasAuto waits for every server that could be promoted (the required
+// set, see Standby): the physical standbys connected now, the physical
+// slots none of them uses, and the standbys remembered on this timeline.
+// None on a single server or a new primary without standbys, so no wait
+// there.
 const ReplicasAuto Replicas = -1
 
 // ParseReplicas reads a Replicas setting: "auto", "off" (0), or a count.
@@ -73,16 +78,19 @@ func ParseReplicaAck(s string) (ReplicaAck, error) {
 // standby has it; a failover then promotes a standby without the last
 // grants, and the promoted database grants the same IDs again, possibly to
 // another instance, which no floor can stop. So after a grant commits, the
-// store waits until Required standbys have flushed (or replayed) its WAL,
-// comparing the commit's position with pg_stat_replication, before the
-// segment is returned. The double buffer fetches segments ahead, so callers
+// store waits until every server that could be promoted has flushed (or
+// replayed) its WAL, comparing the commit's position with
+// pg_stat_replication and the replication slots, before the segment is
+// returned; one that is disconnected holds it back until it is back and
+// past it, or proven gone (slot dropped, timeline changed, forgotten). The double buffer fetches segments ahead, so callers
 // do not see the wait. It is synchronous replication for idmint's grants
 // alone, on a cluster whose other users stay asynchronous.
 type ReplicationConfig struct {
-	// Required is how many standbys must have the grant: ReplicasAuto (every
-	// standby streaming at the time, the default), 0 (off: no wait), or N.
-	// With N, a grant fails at once while fewer than N standbys are
-	// connected: buffers serve what they hold, then 503.
+	// Required says which standbys must have the grant: ReplicasAuto (every
+	// server that could be promoted, the default), 0 (off: no wait), or N:
+	// as auto, and at least N real standbys connected and confirmed. With
+	// N, a grant fails at once while fewer than N standbys are connected:
+	// buffers serve what they hold, then 503.
 	Required Replicas
 	// Ack is how far: AckFlush (default) or AckReplay.
 	Ack ReplicaAck
@@ -121,11 +129,21 @@ type ReplicationStatus struct {
 	// first one the store saw. A promotion starts a new timeline, so a
 	// change means a failover happened since the store opened.
 	Timeline, InitialTimeline int64
-	// Replicas counts physical standbys streaming from the server,
-	// SyncReplicas those of them PostgreSQL waits for at commit
-	// (sync_state sync or quorum), and Hidden the WAL senders whose details
-	// the role may not read (it needs pg_monitor or pg_read_all_stats).
-	Replicas, SyncReplicas, Hidden int
+	// Replicas counts the physical standbys connected to the server (R1 of
+	// the required set: any state but backup, WAL archivers left out),
+	// SyncReplicas those of them PostgreSQL waits for at commit (sync_state
+	// sync or quorum), Hidden the WAL senders whose details the role may
+	// not read (it needs pg_monitor), and Streamers the WAL senders that
+	// are not standbys (pg_receivewal, pg_basebackup).
+	Replicas, SyncReplicas, Hidden, Streamers int
+	// Standbys is the required set now: every server that could be
+	// promoted (streaming standbys, slots no standby uses, standbys
+	// remembered on this timeline). A grant is served once all of them
+	// have it.
+	Standbys []Standby
+	// Held are the standbys the last grant waited for in vain, with the
+	// time each first held a grant back; empty once a grant is confirmed.
+	Held []HeldStandby
 	// SynchronousStandbyNames and SynchronousCommit are the server's
 	// settings as the store's sessions see them.
 	SynchronousStandbyNames, SynchronousCommit string
@@ -141,6 +159,12 @@ type ReplicationStatus struct {
 	LastWaitError       string
 }
 
+// HeldStandby is a standby holding grants back, and since when.
+type HeldStandby struct {
+	Standby
+	Since time.Time `json:"since"`
+}
+
 // TimelineChanged reports whether the timeline moved since the store
 // opened: a standby was promoted.
 func (s ReplicationStatus) TimelineChanged() bool {
@@ -148,35 +172,49 @@ func (s ReplicationStatus) TimelineChanged() bool {
 }
 
 // AtRisk reports whether a failover could lose grants already served: the
-// primary has standbys, none of them synchronous, and idmint does not (or
-// cannot) wait for them.
+// primary has servers that could be promoted, none of them synchronous,
+// and idmint does not wait for them.
 func (s ReplicationStatus) AtRisk() bool {
-	async := (s.Replicas > 0 || s.Hidden > 0) && s.SyncReplicas == 0
-	return async && (s.Required == 0 || s.Hidden > 0 && s.Required == ReplicasAuto)
+	return (s.candidates() > 0 || s.Hidden > 0) && s.SyncReplicas == 0 && s.Required == 0
 }
 
+// candidates counts the servers that could be promoted: the required set,
+// or the standbys connected when a caller filled only those.
+func (s ReplicationStatus) candidates() int { return max(s.Replicas, len(s.Standbys)) }
+
 // Warnings says, one sentence each, what an operator should know: only
-// asynchronous standbys, fewer connected than required, details hidden from
-// the role. Empty when nothing needs attention.
+// asynchronous standbys, standbys holding grants back, fewer connected
+// than required, details hidden from the role. Empty when nothing needs
+// attention.
 func (s ReplicationStatus) Warnings() []string {
 	var w []string
 	switch {
 	case s.InRecovery:
 		w = append(w, "connected to a standby (in recovery): no grants possible; use target_session_attrs=read-write")
+	case s.Hidden > 0 && s.Required != 0:
+		w = append(w, fmt.Sprintf("the database role may not read pg_stat_replication (%d WAL senders hidden): grants wait for them unless they stream through a slot; grant it pg_monitor", s.Hidden))
 	case s.Hidden > 0:
-		w = append(w, fmt.Sprintf("the database role may not read pg_stat_replication (%d WAL senders hidden): cannot confirm grants reached the standbys; grant it pg_monitor", s.Hidden))
-	case s.Replicas > 0 && s.SyncReplicas == 0 && s.Required == 0:
-		w = append(w, fmt.Sprintf("only asynchronous replicas (%d) and replicas_required off: a failover can lose grants already served and hand them out again", s.Replicas))
+		w = append(w, fmt.Sprintf("the database role may not read pg_stat_replication (%d WAL senders hidden) and replicas_required off: a failover can lose grants already served; grant it pg_monitor", s.Hidden))
+	case s.candidates() > 0 && s.SyncReplicas == 0 && s.Required == 0:
+		w = append(w, fmt.Sprintf("only asynchronous replicas (%d) and replicas_required off: a failover can lose grants already served and hand them out again", s.candidates()))
 	case s.Replicas > 0 && s.SyncReplicas == 0:
-		who := "every streaming standby has"
-		if s.Required != ReplicasAuto {
-			who = fmt.Sprintf("%d standby(s) have", s.Required)
+		who := "every server that could be promoted has"
+		if s.Required > 0 {
+			who = fmt.Sprintf("every server that could be promoted, and at least %d standby(s), have", s.Required)
 		}
 		w = append(w, fmt.Sprintf("only asynchronous replicas (%d): a failover loses the last commits; idmint serves a grant only once %s %sed it",
 			s.Replicas, who, s.Ack))
 	}
 	if s.Required > 0 && s.Replicas < int(s.Required) && !s.InRecovery {
 		w = append(w, fmt.Sprintf("replicas_required %d but %d connected: new segments are not served", s.Required, s.Replicas))
+	}
+	if len(s.Held) > 0 && s.Required != 0 {
+		ms := make([]Standby, len(s.Held))
+		for i, h := range s.Held {
+			ms[i] = h.Standby
+		}
+		w = append(w, fmt.Sprintf("new segments held back since %s: waiting for %s; the buffers carry callers meanwhile (see seconds_until_dry); a standby that is gone for good is released by dropping its slot or `idmint standby forget NAME`",
+			s.Held[0].Since.UTC().Format(time.RFC3339), names(ms)))
 	}
 	return w
 }
@@ -191,19 +229,17 @@ type replicator struct {
 	waits, failures int64
 	waitTime        time.Duration
 	lastErr         string
-	hiddenWarned    bool
+	// remembered is when this instance last wrote each standby's row, by
+	// timeline/name (rate bound of rememberEvery).
+	remembered map[string]time.Time
+	// held are the standbys the last grant waited for in vain, by name.
+	held map[string]HeldStandby
 }
 
 func newReplicator(cfg ReplicationConfig) *replicator {
 	cfg.setDefaults()
-	return &replicator{cfg: cfg}
+	return &replicator{cfg: cfg, remembered: map[string]time.Time{}, held: map[string]HeldStandby{}}
 }
-
-// standbys are the physical WAL senders: logical replication (a
-// subscription, a change-data-capture tool) streams from a logical slot and
-// neither takes over on failover nor counts here.
-const standbys = `pg_stat_replication r WHERE NOT EXISTS (
-    SELECT 1 FROM pg_replication_slots s WHERE s.slot_type = 'logical' AND s.active_pid = r.pid)`
 
 // timelineSQL reads the current timeline from the name of the current WAL
 // file (its first 8 hex digits), which any role may call, unlike
@@ -216,25 +252,8 @@ const timelineSQL = `CASE WHEN pg_is_in_recovery() THEN 0
 // flushed it before the commit returned), so it is at or past its end.
 const positionSQL = `SELECT pg_current_wal_lsn()::text, ` + timelineSQL
 
-// ackedSQL counts, among the standbys, those that have the position $1
-// (flushed or replayed), those connected, and those whose details are
-// hidden from the role.
-func ackedSQL(ack ReplicaAck) string {
-	col := "flush_lsn"
-	if ack == AckReplay {
-		col = "replay_lsn"
-	}
-	return `SELECT count(*) FILTER (WHERE ` + col + ` >= $1::pg_lsn),
-    count(*) FILTER (WHERE state IN ('streaming', 'catchup')),
-    count(*) FILTER (WHERE state IS NULL)
-FROM ` + standbys
-}
-
 const statusSQL = `SELECT pg_is_in_recovery(), ` + timelineSQL + `,
-    current_setting('synchronous_standby_names'), current_setting('synchronous_commit'),
-    (SELECT count(*) FROM ` + standbys + ` AND state = 'streaming'),
-    (SELECT count(*) FROM ` + standbys + ` AND sync_state IN ('sync', 'quorum')),
-    (SELECT count(*) FROM ` + standbys + ` AND state IS NULL)`
+    current_setting('synchronous_standby_names'), current_setting('synchronous_commit')`
 
 // MultiHostConnectTimeout bounds the connection to each host of a
 // multi-host URL that sets no connect_timeout. pgx tries the hosts in
@@ -264,66 +283,71 @@ func followFailover(cfg *pgxpool.Config) {
 // querier is a connection or a pool.
 type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// confirm waits until the grant just committed on conn is on the required
-// standbys. It returns an error wrapping ErrNotReplicated when it cannot
-// tell in time: the grant committed, but must not be served yet.
+// confirm waits until the grant just committed on conn is on every member
+// of the required set (and, with Required N, on N standbys at least). It
+// returns an error wrapping ErrNotReplicated when it cannot tell in time,
+// and at once when a member cannot get the grant now (disconnected, or
+// hidden from the role): the grant committed, but must not be served yet.
 func (r *replicator) confirm(ctx context.Context, conn querier) error {
 	if r.cfg.Required == 0 {
 		return nil
 	}
 	var (
-		lsn      string
+		lsnText  string
 		timeline int64
 	)
-	if err := conn.QueryRow(ctx, positionSQL).Scan(&lsn, &timeline); err != nil {
-		return r.failed(fmt.Errorf("%w: read the grant's WAL position: %w", ErrNotReplicated, err))
+	if err := conn.QueryRow(ctx, positionSQL).Scan(&lsnText, &timeline); err != nil {
+		return r.failed(fmt.Errorf("%w: read the grant's WAL position: %w", ErrNotReplicated, err), nil)
+	}
+	lsn, err := parseLSN(lsnText)
+	if err != nil {
+		return r.failed(fmt.Errorf("%w: %w", ErrNotReplicated, err), nil)
 	}
 	r.sawTimeline(timeline)
 	start := time.Now()
 	pause := r.cfg.PollMin
-	query := ackedSQL(r.cfg.Ack)
+	var v verdict
+	late := func() error {
+		return r.failed(fmt.Errorf("%w: WAL %s not %sed by %s after %v: %w",
+			ErrNotReplicated, lsnText, r.cfg.Ack, names(v.behind), time.Since(start).Round(time.Millisecond), ctx.Err()), v.behind)
+	}
 	for {
-		var acked, connected, hidden int
-		if err := conn.QueryRow(ctx, query, lsn).Scan(&acked, &connected, &hidden); err != nil {
-			return r.failed(fmt.Errorf("%w: read pg_stat_replication: %w", ErrNotReplicated, err))
-		}
-		need := int(r.cfg.Required)
-		if r.cfg.Required == ReplicasAuto {
-			need = connected
-		}
+		ro, err := readMembers(ctx, conn)
 		switch {
-		case hidden > 0 && acked+connected == 0 && r.cfg.Required == ReplicasAuto:
-			r.warnHidden(hidden)
-			return nil
-		case hidden > 0 && acked+connected == 0:
-			return r.failed(fmt.Errorf("%w: %d standbys required, but the database role may not read pg_stat_replication (grant it pg_monitor)",
-				ErrNotReplicated, need))
-		case acked >= need:
+		case err != nil && ctx.Err() != nil && len(v.behind) > 0:
+			return late()
+		case err != nil:
+			return r.failed(fmt.Errorf("%w: read the standbys: %w", ErrNotReplicated, err), nil)
+		}
+		v = judge(ro, lsn, r.cfg.Ack)
+		if err := r.remember(ctx, conn, v, timeline); err != nil {
+			return r.failed(fmt.Errorf("%w: %w", ErrNotReplicated, err), nil)
+		}
+		need := max(int(r.cfg.Required), 0)
+		switch {
+		case len(v.absent) > 0:
+			hint := ""
+			if v.hidden > 0 {
+				hint = " (the database role may not read pg_stat_replication: grant it pg_monitor)"
+			}
+			return r.failed(fmt.Errorf("%w: WAL %s: held for %s, which could be promoted and cannot get it now%s",
+				ErrNotReplicated, lsnText, names(v.absent), hint), append(v.absent, v.behind...))
+		case v.standbys < need:
+			return r.failed(fmt.Errorf("%w: %d standbys required, %d connected", ErrNotReplicated, need, v.standbys), v.behind)
+		case len(v.behind) == 0 && v.acked >= need:
 			r.waited(time.Since(start))
 			return nil
-		case connected < need:
-			return r.failed(fmt.Errorf("%w: %d standbys required, %d connected", ErrNotReplicated, need, connected))
 		}
 		select {
 		case <-ctx.Done():
-			return r.failed(fmt.Errorf("%w: %d of %d standbys have %sed WAL %s after %v: %w",
-				ErrNotReplicated, acked, need, r.cfg.Ack, lsn, time.Since(start).Round(time.Millisecond), ctx.Err()))
+			return late()
 		case <-time.After(pause):
 		}
 		pause = min(pause+pause/2, r.cfg.PollMax)
-	}
-}
-
-func (r *replicator) warnHidden(hidden int) {
-	r.mu.Lock()
-	warned := r.hiddenWarned
-	r.hiddenWarned = true
-	r.mu.Unlock()
-	if !warned {
-		r.cfg.Logger.Warn("cannot confirm grants reached the standbys: the database role may not read pg_stat_replication; serving without waiting (grant it pg_monitor)",
-			"wal_senders", hidden)
 	}
 }
 
@@ -331,14 +355,30 @@ func (r *replicator) waited(d time.Duration) {
 	r.mu.Lock()
 	r.waits++
 	r.waitTime += d
+	clear(r.held)
 	r.mu.Unlock()
 }
 
-func (r *replicator) failed(err error) error {
+// failed counts a grant not confirmed, and records the standbys that held
+// it back, keeping the time each first did.
+func (r *replicator) failed(err error, held []Standby) error {
+	now := time.Now()
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.failures++
 	r.lastErr = err.Error()
-	r.mu.Unlock()
+	if len(held) > 0 {
+		next := make(map[string]HeldStandby, len(held))
+		for _, m := range held {
+			h, ok := r.held[m.Name]
+			if !ok {
+				h.Since = now
+			}
+			h.Standby = m
+			next[m.Name] = h
+		}
+		r.held = next
+	}
 	return err
 }
 
@@ -353,19 +393,28 @@ func (r *replicator) sawTimeline(tl int64) {
 		r.initialTimeline = tl
 	}
 	if tl != r.timeline && r.timeline != 0 {
-		r.cfg.Logger.Warn("FAILOVER seen: the database's timeline changed", "from", r.timeline, "to", tl)
+		r.cfg.Logger.Warn("FAILOVER seen: the database's timeline changed; standbys of the old timeline no longer hold grants", "from", r.timeline, "to", tl)
+		clear(r.held)
 	}
 	r.timeline = tl
 }
 
-// status asks the server about its standbys.
+// status asks the server about its standbys, with the rule the wait uses.
 func (r *replicator) status(ctx context.Context, q querier) (ReplicationStatus, error) {
 	var s ReplicationStatus
-	err := q.QueryRow(ctx, statusSQL).Scan(&s.InRecovery, &s.Timeline, &s.SynchronousStandbyNames, &s.SynchronousCommit,
-		&s.Replicas, &s.SyncReplicas, &s.Hidden)
+	err := q.QueryRow(ctx, statusSQL).Scan(&s.InRecovery, &s.Timeline, &s.SynchronousStandbyNames, &s.SynchronousCommit)
 	if err != nil {
 		return ReplicationStatus{}, fmt.Errorf("replication status: %w", err)
 	}
+	ro, err := readMembers(ctx, q)
+	if err != nil {
+		return ReplicationStatus{}, fmt.Errorf("replication status: read the standbys: %w", err)
+	}
+	v := judge(ro, 0, r.cfg.Ack)
+	if err := r.remember(ctx, q, v, s.Timeline); err != nil {
+		r.cfg.Logger.Warn("could not record a standby", "err", err)
+	}
+	s.Replicas, s.SyncReplicas, s.Hidden, s.Streamers, s.Standbys = v.standbys, v.sync, v.hidden, v.streamers, v.required
 	r.sawTimeline(s.Timeline)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -375,5 +424,9 @@ func (r *replicator) status(ctx context.Context, q querier) (ReplicationStatus, 
 	}
 	s.Required, s.Ack = r.cfg.Required, r.cfg.Ack
 	s.Waits, s.WaitFailures, s.WaitTime, s.LastWaitError = r.waits, r.failures, r.waitTime, r.lastErr
+	for _, h := range r.held {
+		s.Held = append(s.Held, h)
+	}
+	sort.Slice(s.Held, func(i, j int) bool { return s.Held[i].Since.Before(s.Held[j].Since) })
 	return s, nil
 }

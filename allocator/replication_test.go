@@ -92,7 +92,9 @@ func TestPostgres_Replication(t *testing.T) {
 	}
 
 	t.Run("stalled standby holds the grant back", func(t *testing.T) {
-		r.StallWAL(t)
+		// The standby's receiver stops, the primary keeps sending: sent_lsn
+		// runs ahead of flush_lsn, so only a wait on flush_lsn holds.
+		r.StallReceiver(t)
 		req := newRequest("order", 10)
 		actx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		_, err := one.Allocate(actx, req)
@@ -100,13 +102,21 @@ func TestPostgres_Replication(t *testing.T) {
 		if !errors.Is(err, allocator.ErrNotReplicated) {
 			t.Fatalf("allocate with the standby stalled: %v; want ErrNotReplicated", err)
 		}
+		var ahead bool
+		if err := one.Pool().QueryRow(ctx, `SELECT bool_and(sent_lsn > flush_lsn) FROM pg_stat_replication`).Scan(&ahead); err != nil || !ahead {
+			t.Fatalf("stalled receiver: sent_lsn ahead of flush_lsn %v, %v; want true (the stall would not tell sent from flushed)", ahead, err)
+		}
 		lctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		_, err = one.Lookup(lctx, req.ID)
 		cancel()
 		if !errors.Is(err, allocator.ErrNotReplicated) {
 			t.Fatalf("lookup with the standby stalled: %v; want ErrNotReplicated", err)
 		}
-		r.ResumeWAL(t)
+		if st, _ := one.ReplicationStatus(ctx); len(st.Held) != 1 || st.Held[0].Kind != allocator.KindStreaming ||
+			!strings.Contains(strings.Join(st.Warnings(), ";"), "held back since") {
+			t.Fatalf("status while held: %+v, warnings %q; want the streaming standby held", st.Held, st.Warnings())
+		}
+		r.ResumeReceiver(t)
 		lctx, cancel = context.WithTimeout(ctx, 30*time.Second)
 		seg, err := one.Lookup(lctx, req.ID)
 		cancel()
@@ -114,8 +124,8 @@ func TestPostgres_Replication(t *testing.T) {
 			t.Fatalf("lookup once the standby caught up: %+v, %v; want [11, 20]", seg, err)
 		}
 		st, _ := one.ReplicationStatus(ctx)
-		if st.WaitFailures < 2 || st.Waits < 2 || st.LastWaitError == "" {
-			t.Fatalf("status %+v; want the failed and the successful waits counted", st)
+		if st.WaitFailures < 2 || st.Waits < 2 || st.LastWaitError == "" || len(st.Held) != 0 {
+			t.Fatalf("status %+v; want the failed and the successful waits counted, nothing held", st)
 		}
 	})
 
@@ -149,11 +159,13 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO idmint_ap
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.Hidden != 1 || !st.AtRisk() || !strings.Contains(strings.Join(st.Warnings(), ";"), "pg_monitor") {
-			t.Fatalf("status %+v, warnings %q; want 1 hidden sender, at risk, advice to grant pg_monitor", st, st.Warnings())
+		if st.Hidden != 1 || st.AtRisk() || !strings.Contains(strings.Join(st.Warnings(), ";"), "pg_monitor") {
+			t.Fatalf("status %+v, warnings %q; want 1 hidden sender, advice to grant pg_monitor", st, st.Warnings())
 		}
-		if _, err := auto.Allocate(ctx, newRequest("order", 10)); err != nil {
-			t.Fatalf("auto without pg_monitor should serve (and warn): %v", err)
+		// A standby nobody can judge (no slot tells its position) could be
+		// promoted without the grant: held.
+		if _, err := auto.Allocate(ctx, newRequest("order", 10)); !errors.Is(err, allocator.ErrNotReplicated) || !strings.Contains(err.Error(), "pg_monitor") {
+			t.Fatalf("auto without pg_monitor: %v; want ErrNotReplicated naming pg_monitor", err)
 		}
 		strict := withReplicas(t, u.String(), 1)
 		if _, err := strict.Allocate(ctx, newRequest("order", 10)); !errors.Is(err, allocator.ErrNotReplicated) || !strings.Contains(err.Error(), "pg_monitor") {
@@ -176,9 +188,136 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO idmint_ap
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !st.TimelineChanged() || st.InitialTimeline != 1 || st.Timeline != 2 || st.Replicas != 0 {
+		if !st.TimelineChanged() || st.InitialTimeline != 1 || st.Timeline != 2 || st.Replicas != 0 || len(st.Standbys) != 0 {
 			t.Fatalf("status after the promotion %+v; want timeline 1 -> 2, no replica", st)
 		}
+		// The promoted server has the record of itself as a standby of
+		// timeline 1: it no longer counts, and a new instance serves at once.
+		auto := withReplicas(t, r.URL(db), allocator.ReplicasAuto)
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if _, err := auto.Allocate(actx, newRequest("order", 10)); err != nil {
+			t.Fatalf("allocate on the promoted server without standbys: %v", err)
+		}
+	})
+}
+
+// held allocates with a short deadline and requires the grant held back,
+// with want in the error.
+func held(t *testing.T, store *allocator.Postgres, want string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, err := store.Allocate(ctx, newRequest("order", 10))
+	if !errors.Is(err, allocator.ErrNotReplicated) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("allocate: %v; want ErrNotReplicated mentioning %q", err, want)
+	}
+}
+
+// served allocates and requires the grant confirmed within 30s (a standby
+// that came back catches up first).
+func served(t *testing.T, store *allocator.Postgres) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var err error
+	for ctx.Err() == nil {
+		if _, err = store.Allocate(ctx, newRequest("order", 10)); err == nil {
+			return
+		}
+		if !errors.Is(err, allocator.ErrNotReplicated) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // a standby reconnecting is not streaming yet
+	}
+	t.Fatalf("allocate: %v; want it served", err)
+}
+
+// TestPostgres_RequiredSet checks who holds a grant besides the standbys
+// streaming now (R1): a standby that disconnected is still a candidate
+// until something proves it is not.
+func TestPostgres_RequiredSet(t *testing.T) {
+	ctx := context.Background()
+
+	t.Run("remembered standby without a slot", func(t *testing.T) {
+		r, db := replicated(t, pgtest.ReplicationOptions{})
+		first := withReplicas(t, r.URL(db), allocator.ReplicasAuto)
+		served(t, first)
+		recs, err := first.Standbys(ctx)
+		if err != nil || len(recs) != 1 || recs[0].Slot || recs[0].Timeline != 1 {
+			t.Fatalf("recorded standbys %+v, %v; want one without a slot on timeline 1", recs, err)
+		}
+		r.Standby.Stop(t, false)
+		// An instance started after the standby left knows it from the table.
+		late := withReplicas(t, r.URL(db), allocator.ReplicasAuto)
+		held(t, late, "remembered")
+		st, err := late.ReplicationStatus(ctx)
+		if err != nil || st.Replicas != 0 || len(st.Standbys) != 1 || st.Standbys[0].Kind != allocator.KindRemembered || len(st.Held) != 1 {
+			t.Fatalf("status %+v, %v; want the remembered standby required and held", st, err)
+		}
+		if err := late.ForgetStandby(ctx, recs[0].Name); err != nil {
+			t.Fatal(err)
+		}
+		if err := late.ForgetStandby(ctx, recs[0].Name); !errors.Is(err, allocator.ErrNotFound) {
+			t.Fatalf("forget twice: %v; want ErrNotFound", err)
+		}
+		served(t, late)
+		r.Standby.Start(t)
+		r.WaitReplayed(t)
+		served(t, late)
+		if recs, _ := late.Standbys(ctx); len(recs) != 1 || recs[0].ForgottenAt != nil {
+			t.Fatalf("records %+v; want the standby seen again, no longer forgotten", recs)
+		}
+	})
+
+	t.Run("standby with a slot", func(t *testing.T) {
+		r, db := replicated(t, pgtest.ReplicationOptions{Slot: "standby_a"})
+		store := withReplicas(t, r.URL(db), allocator.ReplicasAuto)
+		served(t, store)
+		r.Standby.Stop(t, false)
+		held(t, store, "standby_a (slot, inactive)")
+		r.Standby.Start(t)
+		served(t, store)
+		r.Standby.Stop(t, false)
+		held(t, store, "standby_a")
+		if _, err := store.Pool().Exec(ctx, `SELECT pg_drop_replication_slot('standby_a')`); err != nil {
+			t.Fatal(err)
+		}
+		served(t, store)
+	})
+
+	t.Run("pg_receivewal is not a standby", func(t *testing.T) {
+		r, db := replicated(t, pgtest.ReplicationOptions{})
+		r.ReceiveWAL(t)
+		store := withReplicas(t, r.URL(db), 1)
+		// On PostgreSQL 15, pg_receivewal reports a write position but no
+		// replay position (nor a flush one until it closes a WAL file); a
+		// standby reports all three.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var archivers, standbys int
+			err := store.Pool().QueryRow(ctx, `SELECT count(*) FILTER (WHERE replay_lsn IS NULL AND write_lsn IS NOT NULL),
+    count(*) FILTER (WHERE replay_lsn IS NOT NULL) FROM pg_stat_replication`).Scan(&archivers, &standbys)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if archivers == 1 && standbys == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pg_stat_replication: %d senders without a replay position, %d with; want pg_receivewal without, the standby with", archivers, standbys)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		served(t, store)
+		if st, err := store.ReplicationStatus(ctx); err != nil || st.Replicas != 1 || st.Streamers != 1 || len(st.Standbys) != 1 {
+			t.Fatalf("status %+v, %v; want 1 standby and 1 WAL streamer", st, err)
+		}
+		// The real standby lags; pg_receivewal has the grant: held.
+		r.StallReceiver(t)
+		held(t, store, "not flushed")
+		r.ResumeReceiver(t)
+		served(t, store)
 	})
 }
 

@@ -193,6 +193,9 @@ func (s *Server) health(ctx context.Context, stats []segment.Stats, asked bool) 
 			reason("%s: %d rollback(s) repaired since start: the database went back in time; ids other instances were granted may repeat until the tag is bumped", st.Tag, st.Repaired)
 		}
 	}
+	if h.Replication != nil && len(h.Replication.HeldStandbys) > 0 {
+		h.Replication.BuffersLastSeconds = buffersLast(h.Tags)
+	}
 	if !asked && loaded == 0 && !h.Database.Reachable {
 		serving = false
 	}
@@ -270,4 +273,16 @@ func ms(d time.Duration) float64 { return round3(float64(d) / float64(time.Milli
 func round3(f float64) float64 {
 	v, _ := strconv.ParseFloat(strconv.FormatFloat(f, 'f', 3, 64), 64)
 	return v
+}
+
+// buffersLast is the smallest seconds_until_dry among tags: how long
+// callers are served without a new segment. Nil when no tag has a rate.
+func buffersLast(tags []TagHealth) *float64 {
+	var least *float64
+	for _, t := range tags {
+		if t.SecondsUntilDry != nil && (least == nil || *t.SecondsUntilDry < *least) {
+			least = t.SecondsUntilDry
+		}
+	}
+	return least
 }

@@ -2,8 +2,11 @@ package httpapi
 
 import (
 	"context"
+	"errors"
+	"net/http"
 	"time"
 
+	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idmint/idmint/allocator"
@@ -24,11 +27,13 @@ type ReplicationHealth struct {
 	Error string `json:"error,omitempty"`
 	// InRecovery: connected to a standby, where nothing can be granted.
 	InRecovery bool `json:"in_recovery"`
-	// ReplicasConnected counts physical standbys streaming from the
-	// primary; SyncReplicas those the primary waits for at commit;
-	// ReplicasHidden WAL senders the role may not see (it lacks
-	// pg_monitor).
+	// ReplicasConnected counts physical standbys connected to the primary
+	// (any state but backup; WAL archivers left out); SyncReplicas those the
+	// primary waits for at commit; ReplicasHidden WAL senders the role may
+	// not see (it lacks pg_monitor); WALStreamers the senders that are not
+	// standbys (pg_receivewal, pg_basebackup).
 	ReplicasConnected       int    `json:"replicas_connected"`
+	WALStreamers            int    `json:"wal_streamers"`
 	SyncReplicas            int    `json:"sync_replicas"`
 	ReplicasHidden          int    `json:"replicas_hidden"`
 	SynchronousStandbyNames string `json:"synchronous_standby_names"`
@@ -54,9 +59,35 @@ type ReplicationHealth struct {
 	AvgGrantWaitMS    float64 `json:"avg_grant_wait_ms"`
 	GrantWaitFailures int64   `json:"grant_wait_failures"`
 	LastWaitError     string  `json:"last_wait_error,omitempty"`
+	// Standbys is the required set: every server that could be promoted
+	// (kind streaming, slot or remembered), each of which must have a grant
+	// before it is served.
+	Standbys []allocator.Standby `json:"standbys"`
+	// HeldStandbys are those the last grant waited for in vain, each with
+	// the time it first held one back; HeldSeconds how long the oldest has;
+	// BuffersLastSeconds the smallest seconds_until_dry among the tags: how
+	// long callers are still served while grants are held (null when no
+	// tag has a rate).
+	HeldStandbys       []allocator.HeldStandby `json:"held_standbys"`
+	HeldSeconds        float64                 `json:"held_seconds"`
+	BuffersLastSeconds *float64                `json:"buffers_last_seconds,omitempty"`
 	// Warnings: what an operator should look at; each one makes the status
 	// degraded.
 	Warnings []string `json:"warnings"`
+}
+
+// heldSeconds is how long the oldest of held has held grants back.
+func heldSeconds(held []allocator.HeldStandby, now time.Time) float64 {
+	if len(held) == 0 {
+		return 0
+	}
+	oldest := held[0].Since
+	for _, h := range held {
+		if h.Since.Before(oldest) {
+			oldest = h.Since
+		}
+	}
+	return now.Sub(oldest).Seconds()
 }
 
 // replicationHealth reads the replication status, bounded by the ping
@@ -74,6 +105,10 @@ func (s *Server) replicationHealth(ctx context.Context) *ReplicationHealth {
 	h := &ReplicationHealth{
 		InRecovery:              st.InRecovery,
 		ReplicasConnected:       st.Replicas,
+		WALStreamers:            st.Streamers,
+		Standbys:                st.Standbys,
+		HeldStandbys:            st.Held,
+		HeldSeconds:             heldSeconds(st.Held, time.Now()),
 		SyncReplicas:            st.SyncReplicas,
 		ReplicasHidden:          st.Hidden,
 		SynchronousStandbyNames: st.SynchronousStandbyNames,
@@ -95,6 +130,12 @@ func (s *Server) replicationHealth(ctx context.Context) *ReplicationHealth {
 	if h.Warnings == nil {
 		h.Warnings = []string{}
 	}
+	if h.Standbys == nil {
+		h.Standbys = []allocator.Standby{}
+	}
+	if h.HeldStandbys == nil {
+		h.HeldStandbys = []allocator.HeldStandby{}
+	}
 	return h
 }
 
@@ -106,6 +147,7 @@ type replicationCollector struct {
 
 	connected, sync, hidden, timeline, changed, required, atRisk *prometheus.Desc
 	waits, waitSeconds, waitFailures                             *prometheus.Desc
+	streamers, requiredSet, held, heldSeconds                    *prometheus.Desc
 }
 
 func newReplicationCollector(src ReplicationSource, pingTimeout time.Duration) *replicationCollector {
@@ -118,17 +160,22 @@ func newReplicationCollector(src ReplicationSource, pingTimeout time.Duration) *
 		hidden:       d("idmint_database_replicas_hidden", "WAL senders whose details the database role may not read (it lacks pg_monitor)."),
 		timeline:     d("idmint_database_timeline", "The database's current WAL timeline."),
 		changed:      d("idmint_database_timeline_changed", "1 when the timeline changed since the instance started: a standby was promoted."),
-		required:     d("idmint_replicas_required", "Standbys that must have a grant before it is served (-1: auto, every streaming standby)."),
+		required:     d("idmint_replicas_required", "Standbys that must have a grant before it is served (-1: auto, every server that could be promoted; N: that and at least N standbys)."),
 		atRisk:       d("idmint_database_grants_at_risk", "1 when a failover could lose grants already served: asynchronous standbys only, and idmint does not or cannot wait for them."),
 		waits:        d("idmint_replication_waits_total", "Grants confirmed on the standbys before being served."),
 		waitSeconds:  d("idmint_replication_wait_seconds_total", "Time spent waiting for the standbys to confirm grants."),
 		waitFailures: d("idmint_replication_wait_failures_total", "Grants not confirmed on the standbys in time (held back, not served)."),
+		streamers:    d("idmint_database_wal_streamers", "WAL senders that are not standbys (pg_receivewal, pg_basebackup): not waited for."),
+		requiredSet:  d("idmint_replication_required_standbys", "Servers that could be promoted and must have a grant before it is served: streaming standbys, slots no standby uses, standbys remembered on this timeline."),
+		held:         d("idmint_replication_held_standbys", "Standbys the last grant waited for in vain: new segments are held back while it is above 0."),
+		heldSeconds:  d("idmint_replication_held_seconds", "How long the oldest held standby has held grants back (0 when none)."),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *replicationCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.connected, c.sync, c.hidden, c.timeline, c.changed, c.required, c.atRisk, c.waits, c.waitSeconds, c.waitFailures} {
+	for _, d := range []*prometheus.Desc{c.connected, c.sync, c.hidden, c.timeline, c.changed, c.required, c.atRisk, c.waits, c.waitSeconds, c.waitFailures,
+		c.streamers, c.requiredSet, c.held, c.heldSeconds} {
 		ch <- d
 	}
 }
@@ -156,4 +203,59 @@ func (c *replicationCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.waits, float64(st.Waits))
 	counter(c.waitSeconds, st.WaitTime.Seconds())
 	counter(c.waitFailures, float64(st.WaitFailures))
+	gauge(c.streamers, float64(st.Streamers))
+	gauge(c.requiredSet, float64(len(st.Standbys)))
+	gauge(c.held, float64(len(st.Held)))
+	gauge(c.heldSeconds, heldSeconds(st.Held, time.Now()))
+}
+
+// StandbyAdmin lists and forgets the standbys idmint remembers (an
+// allocator.Postgres). The Replication source, when it is one, gets the
+// admin routes GET /v1/standbys and DELETE /v1/standbys/{name}.
+type StandbyAdmin interface {
+	Standbys(ctx context.Context) ([]allocator.StandbyRecord, error)
+	ForgetStandby(ctx context.Context, name string) error
+}
+
+var _ StandbyAdmin = (*allocator.Postgres)(nil)
+
+// mountStandbys adds the standby routes when the replication source can
+// manage them and the admin API is on; they need an admin token.
+func (s *Server) mountStandbys(r chi.Router) {
+	sa, ok := s.cfg.Replication.(StandbyAdmin)
+	if !ok || s.cfg.Admin == nil {
+		return
+	}
+	admin := r.With(s.requireScope("admin", func(p *principal) bool { return p.admin }))
+	admin.Get("/v1/standbys", func(w http.ResponseWriter, r *http.Request) {
+		recs, err := sa.Standbys(r.Context())
+		if err != nil {
+			writeError(w, r, s.cfg.Logger, err)
+			return
+		}
+		if recs == nil {
+			recs = []allocator.StandbyRecord{}
+		}
+		writeJSON(w, http.StatusOK, struct {
+			Standbys []allocator.StandbyRecord `json:"standbys"`
+		}{recs})
+	})
+	admin.Delete("/v1/standbys/{name}", func(w http.ResponseWriter, r *http.Request) {
+		name := chi.URLParam(r, "name")
+		if name == "" || len(name) > 200 {
+			writeError(w, r, s.cfg.Logger, badRequest(CodeBadRequest, "standby name: 1 to 200 characters"))
+			return
+		}
+		err := sa.ForgetStandby(r.Context(), name)
+		if errors.Is(err, allocator.ErrNotFound) {
+			err = &apiError{status: http.StatusNotFound, code: CodeNotFound, message: "no standby of that name is remembered (or it is forgotten already)"}
+		}
+		if err != nil {
+			writeError(w, r, s.cfg.Logger, err)
+			return
+		}
+		s.cfg.Logger.Warn("standby forgotten over the admin API: it no longer holds grants back until it is seen streaming again",
+			"standby", truncate(name, maxLogged), "token", tokenName(r))
+		w.WriteHeader(http.StatusNoContent)
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/httpapi"
@@ -48,7 +49,14 @@ func TestHealth_Replication(t *testing.T) {
 		{name: "fewer than required", src: replicationSource{st: with(func(s *allocator.ReplicationStatus) { s.Replicas, s.SyncReplicas, s.Required = 1, 1, 2 })},
 			status: httpapi.StatusDegraded, reason: "replicas_required 2 but 1 connected"},
 		{name: "hidden from the role", src: replicationSource{st: with(func(s *allocator.ReplicationStatus) { s.Hidden = 1 })},
-			status: httpapi.StatusDegraded, reason: "grant it pg_monitor", atRisk: true, metric: "idmint_database_replicas_hidden 1"},
+			status: httpapi.StatusDegraded, reason: "grant it pg_monitor", metric: "idmint_database_replicas_hidden 1"},
+		{name: "hidden, wait off", src: replicationSource{st: with(func(s *allocator.ReplicationStatus) { s.Hidden, s.Required = 1, 0 })},
+			status: httpapi.StatusDegraded, reason: "grant it pg_monitor", atRisk: true, metric: "idmint_database_grants_at_risk 1"},
+		{name: "standby held", src: replicationSource{st: with(func(s *allocator.ReplicationStatus) {
+			away := allocator.Standby{Name: "db2", Kind: allocator.KindRemembered, State: "disconnected"}
+			s.Standbys, s.Held = []allocator.Standby{away}, []allocator.HeldStandby{{Standby: away, Since: time.Now().Add(-time.Minute)}}
+		})},
+			status: httpapi.StatusDegraded, reason: "waiting for db2 (remembered, disconnected)", metric: "idmint_replication_held_standbys 1"},
 		{name: "failover seen", src: replicationSource{st: with(func(s *allocator.ReplicationStatus) { s.Timeline = 2 })},
 			status: httpapi.StatusOK, changed: true, metric: "idmint_database_timeline_changed 1"},
 		{name: "status unreadable", src: replicationSource{err: errors.New("boom")}, status: httpapi.StatusOK},
@@ -96,4 +104,38 @@ func TestHealth_Replication(t *testing.T) {
 			t.Fatalf("replication block without a source: %+v", h.Replication)
 		}
 	})
+}
+
+// TestAdmin_Standbys: GET /v1/standbys lists the remembered standbys and
+// DELETE /v1/standbys/{name} forgets one, with an admin token only; a name
+// not remembered is a 404.
+func TestAdmin_Standbys(t *testing.T) {
+	pg := stores(t)["postgres"](t).(*allocator.Postgres)
+	if _, err := pg.Pool().Exec(context.Background(), `INSERT INTO idmint_standbys (name, slot, timeline) VALUES ('db2@10.0.0.2', false, 1)`); err != nil {
+		t.Fatal(err)
+	}
+	a := allocator.New(allocator.Config{Store: pg, Logger: quiet()})
+	t.Cleanup(func() { a.Close(context.Background()) })
+	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{
+		Allocator: a, Logger: quiet(), Admin: pg, Replication: pg, Auth: httpapi.AuthConfig{Tokens: pg},
+	})))
+	t.Cleanup(srv.Close)
+	_, admin := token(t, pg, "ops", "admin")
+
+	if s, _, body := do(t, srv, "GET", "/v1/standbys", "", nil); s != 401 {
+		t.Fatalf("list without a token: %d %s", s, body)
+	}
+	s, _, body := do(t, srv, "GET", "/v1/standbys", admin, nil)
+	if s != 200 || !strings.Contains(string(body), `"name":"db2@10.0.0.2"`) || strings.Contains(string(body), "forgotten_at") {
+		t.Fatalf("list: %d %s", s, body)
+	}
+	if s, _, body := do(t, srv, "DELETE", "/v1/standbys/db2@10.0.0.2", admin, nil); s != 204 {
+		t.Fatalf("forget: %d %s", s, body)
+	}
+	if s, _, body := do(t, srv, "DELETE", "/v1/standbys/db2@10.0.0.2", admin, nil); s != 404 {
+		t.Fatalf("forget again: %d %s", s, body)
+	}
+	if s, _, body := do(t, srv, "GET", "/v1/standbys", admin, nil); s != 200 || !strings.Contains(string(body), "forgotten_at") {
+		t.Fatalf("list after forget: %d %s", s, body)
+	}
 }

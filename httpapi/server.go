@@ -133,6 +133,7 @@ func NewServer(cfg Config) *Server {
 	r.Method(http.MethodGet, "/metrics", s.monitoring(cfg.Metrics.handler()))
 	r.Get("/openapi.yaml", handleOpenAPI)
 	s.mountAdmin(r)
+	s.mountStandbys(r)
 	if cfg.Snowflake != nil {
 		s.mountSnowflake(r)
 	}

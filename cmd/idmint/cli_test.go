@@ -27,6 +27,7 @@ func TestCLI_Usage(t *testing.T) {
 		{"tag", "bump", "--help"}, {"tag", "describe", "--help"},
 		{"token", "--help"}, {"token", "create", "--help"}, {"token", "list", "--help"}, {"token", "revoke", "--help"},
 		{"snowflake", "--help"}, {"snowflake", "parse", "--help"},
+		{"standby", "--help"}, {"standby", "list", "--help"}, {"standby", "forget", "--help"},
 	} {
 		if _, stderr, err := runErr(args...); err != nil {
 			t.Errorf("idmint %s: %v\n%s", strings.Join(args, " "), err, stderr)
@@ -35,6 +36,7 @@ func TestCLI_Usage(t *testing.T) {
 	for _, args := range [][]string{
 		{"serve", "extra"}, {"migrate", "now"}, {"healthcheck", "please"}, {"drill", "--target", "http://x", "more"},
 		{"tag", "nope"}, {"token", "nope"}, {"token", "revoke"}, {"tag", "list", "extra"},
+		{"standby"}, {"standby", "nope"}, {"standby", "forget"}, {"standby", "list", "extra"},
 	} {
 		if _, _, err := runErr(args...); !errors.Is(err, errUsage) || exitCode(err) != 2 {
 			t.Errorf("idmint %s: %v, want a usage error", strings.Join(args, " "), err)
@@ -49,6 +51,9 @@ func TestCLI_Errors(t *testing.T) {
 	t.Setenv("IDMINT_DATABASE_URL", "")
 	t.Setenv("IDMINT_DATA_DIR", t.TempDir())
 
+	if _, _, err := runErr("standby", "list"); err == nil || !strings.Contains(err.Error(), "only PostgreSQL") {
+		t.Errorf("standby list on SQLite: %v; want it refused", err)
+	}
 	missing := "sqlite://" + filepath.Join(t.TempDir(), "no", "such", "dir", "idmint.db")
 	if _, _, err := runErr("tag", "list", "--database-url", missing); err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("missing directory: %v", err)

@@ -41,6 +41,7 @@ Usage:
                                          make a bearer token (printed once)
   idmint token list
   idmint token revoke ID
+  idmint standby list | forget NAME      the standbys that hold new segments back (PostgreSQL)
   idmint healthcheck [--listen ADDR] [--healthcheck-url URL]
                                          exit 0 if /id/health answers 200
   idmint drill --target URL [--target URL …] [--biz-tag T | --snowflake] [--duration D] [--concurrency N]
@@ -76,6 +77,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return runTag(ctx, rest, stdout, stderr)
 	case "token":
 		return runToken(ctx, rest, stdout, stderr)
+	case "standby":
+		return runStandby(ctx, rest, stdout, stderr)
 	case "healthcheck":
 		return runHealthcheck(ctx, rest, stdout, stderr)
 	case "drill":

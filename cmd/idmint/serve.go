@@ -92,7 +92,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.BoolVar(&c.accessLog, "access-log", false, "log one line per HTTP request (off by default: it costs more than the ID)")
 	fs.StringVar(&c.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run to this file (for go tool pprof)")
 	replicas := fs.String("replicas-required", "auto",
-		"PostgreSQL standbys that must have a grant's WAL before its ids are served: auto (every streaming standby), off, or a count")
+		"PostgreSQL standbys that must have a grant's WAL before its ids are served: auto (every server that could be promoted: connected standbys, unused physical slots, standbys remembered on this timeline), off, or N (auto and at least N standbys)")
 	ack := fs.String("replica-ack", "flush", "how far a standby must have a grant's WAL: flush or replay")
 	c.log.register(fs)
 	c.snowflake.register(fs)

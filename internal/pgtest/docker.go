@@ -200,7 +200,7 @@ func reapDocker(ctx context.Context) {
 // startDockerReplication runs a primary and a standby container on a new
 // private network; the standby clones the primary (pg_basebackup -R over
 // the network alias "primary") on its first start.
-func startDockerReplication(ctx context.Context, tb testing.TB) (*Replication, error) {
+func startDockerReplication(ctx context.Context, tb testing.TB, opts ReplicationOptions) (*Replication, error) {
 	loopbackOnly()
 	reapDocker(ctx)
 	image := os.Getenv(envImage)
@@ -225,6 +225,7 @@ func startDockerReplication(ctx context.Context, tb testing.TB) (*Replication, e
 		return nil, fmt.Errorf("primary from image %s: %w", image, err)
 	}
 	if r.Standby, err = runDocker(ctx, image, env,
+		testcontainers.WithEnv(map[string]string{"PGTEST_SLOT": opts.Slot}),
 		tcnetwork.WithNetwork([]string{"standby"}, nw),
 		testcontainers.WithFiles(testcontainers.ContainerFile{
 			Reader: strings.NewReader(standbyScript), ContainerFilePath: scriptPath, FileMode: 0o755,

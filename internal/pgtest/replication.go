@@ -1,11 +1,13 @@
 package pgtest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -23,6 +25,11 @@ type ReplicationOptions struct {
 	// flushed it. Otherwise the standby is asynchronous, PostgreSQL's
 	// default.
 	Synchronous bool
+	// Slot, when set, makes the standby stream through a physical
+	// replication slot of that name on the primary (pg_basebackup -C -S):
+	// the primary then keeps the standby's WAL while it is away, and the
+	// slot's restart_lsn tells how far it flushed.
+	Slot string
 }
 
 // Replication is a primary and a streaming standby made from it with
@@ -41,8 +48,9 @@ type Replication struct {
 
 	userinfo string // user[:password] of both servers' admin URLs
 
-	mu      sync.Mutex // protects stalled
-	stalled int        // pid of the primary's stopped WAL sender; 0 when none
+	mu       sync.Mutex // protects stalled and receiver
+	stalled  int        // pid of the primary's stopped WAL sender; 0 when none
+	receiver int        // pid of the standby's stopped WAL receiver; 0 when none
 }
 
 // signaller is a backend that can signal one of its server's processes.
@@ -68,19 +76,19 @@ func NewReplication(tb testing.TB, opts ReplicationOptions) *Replication {
 		tb.Skipf("pgtest: %s=external: an external server cannot be replicated", envMode)
 	case "docker":
 		if err = dockerAvailable(ctx); err == nil {
-			r, err = startDockerReplication(ctx, tb)
+			r, err = startDockerReplication(ctx, tb, opts)
 		}
 	case "local":
-		r, err = startLocalReplication(ctx, tb)
+		r, err = startLocalReplication(ctx, tb, opts)
 	case "":
 		// As start: Docker, else local binaries (no engine, or an
 		// engine offline without the image).
 		if err = dockerAvailable(ctx); err == nil {
-			r, err = startDockerReplication(ctx, tb)
+			r, err = startDockerReplication(ctx, tb, opts)
 		}
 		if err != nil {
 			fallingBack(err)
-			r, err = startLocalReplication(ctx, tb)
+			r, err = startLocalReplication(ctx, tb, opts)
 		}
 	default:
 		err = fmt.Errorf("%s=%q: want external, docker, local or unset", envMode, mode)
@@ -106,6 +114,7 @@ func (r *Replication) register(tb testing.TB, more func(context.Context) error) 
 		ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 		defer cancel()
 		_ = r.signalStalled(ctx, syscall.SIGCONT)
+		_ = r.signalReceiver(ctx, syscall.SIGCONT)
 		var errs []error
 		for _, s := range []*Server{r.Standby, r.Primary} {
 			if s != nil {
@@ -124,7 +133,7 @@ func (r *Replication) register(tb testing.TB, more func(context.Context) error) 
 // startLocalReplication runs a primary with initdb and a standby with
 // pg_basebackup -R from it, each in its own temporary directory. initdb's
 // trust rules already allow replication connections on 127.0.0.1.
-func startLocalReplication(ctx context.Context, tb testing.TB) (*Replication, error) {
+func startLocalReplication(ctx context.Context, tb testing.TB, opts ReplicationOptions) (*Replication, error) {
 	bin, err := findBinaries()
 	if err != nil {
 		return nil, err
@@ -139,8 +148,12 @@ func startLocalReplication(ctx context.Context, tb testing.TB) (*Replication, er
 	if err != nil {
 		return nil, fmt.Errorf("standby: %w", err)
 	}
-	if err := standby.run(ctx, "pg_basebackup", "-h", "127.0.0.1", "-p", fmt.Sprint(primary.port), "-U", "postgres",
-		"-D", standby.data, "-R", "-X", "stream", "-c", "fast", "--no-sync"); err != nil {
+	args := []string{"-h", "127.0.0.1", "-p", fmt.Sprint(primary.port), "-U", "postgres",
+		"-D", standby.data, "-R", "-X", "stream", "-c", "fast", "--no-sync"}
+	if opts.Slot != "" {
+		args = append(args, "-C", "-S", opts.Slot)
+	}
+	if err := standby.run(ctx, "pg_basebackup", args...); err != nil {
 		_ = standby.close(context.Background())
 		return nil, fmt.Errorf("standby: %w", err)
 	}
@@ -250,6 +263,105 @@ func (r *Replication) ResumeWAL(tb testing.TB) {
 	if err := r.signalStalled(ctx, syscall.SIGCONT); err != nil {
 		tb.Fatalf("pgtest: resume the primary's WAL sender: %v", err)
 	}
+}
+
+// StallReceiver makes the standby lag while the primary keeps sending: the
+// standby's WAL receiver is stopped (SIGSTOP), so pg_stat_replication on
+// the primary shows sent_lsn running ahead of flush_lsn (what it sent sits
+// in socket buffers, never flushed), until ResumeReceiver. A wait that
+// compared the grant with sent_lsn would pass; one with flush_lsn holds.
+func (r *Replication) StallReceiver(tb testing.TB) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.receiver != 0 {
+		return
+	}
+	var pid int
+	err := withConn(ctx, r.Standby.url, func(conn *pgx.Conn) error {
+		return poll(ctx, "the standby's WAL receiver", func() (bool, error) {
+			err := conn.QueryRow(ctx, "SELECT COALESCE(max(pid), 0) FROM pg_stat_wal_receiver WHERE status = 'streaming'").Scan(&pid)
+			return pid != 0, err
+		})
+	})
+	if err == nil {
+		err = r.Standby.backend.(signaller).signal(ctx, pid, syscall.SIGSTOP)
+	}
+	if err != nil {
+		tb.Fatalf("pgtest: stall the standby's WAL receiver: %v", err)
+	}
+	r.receiver = pid
+}
+
+// ResumeReceiver lets a WAL receiver stopped by StallReceiver run again.
+func (r *Replication) ResumeReceiver(tb testing.TB) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	if err := r.signalReceiver(ctx, syscall.SIGCONT); err != nil {
+		tb.Fatalf("pgtest: resume the standby's WAL receiver: %v", err)
+	}
+}
+
+// signalReceiver sends sig to the stalled WAL receiver, if any, and
+// forgets it.
+func (r *Replication) signalReceiver(ctx context.Context, sig syscall.Signal) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.receiver == 0 {
+		return nil
+	}
+	err := r.Standby.backend.(signaller).signal(ctx, r.receiver, sig)
+	r.receiver = 0
+	return err
+}
+
+// ReceiveWAL runs pg_receivewal (the local binaries, as the server user)
+// against the primary until tb's test ends: a WAL sender that is not a
+// standby. It skips the test without local binaries.
+func (r *Replication) ReceiveWAL(tb testing.TB) {
+	tb.Helper()
+	bin, err := findBinaries()
+	if err != nil {
+		Skip(tb, "pgtest: pg_receivewal: "+err.Error())
+	}
+	cred, err := ServerUser()
+	if err != nil {
+		tb.Fatalf("pgtest: pg_receivewal: %v", err)
+	}
+	dir, err := os.MkdirTemp("", localPrefix+"wal-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "pg_receivewal"), "-d", r.PrimaryURL("postgres"), "-D", dir, "--no-loop", "-s", "1")
+	cmd.Env = cleanEnv()
+	cmd.Dir = dir
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
+	cmd.WaitDelay = 5 * time.Second
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		cancel()
+		tb.Fatalf("pgtest: pg_receivewal: %v", err)
+	}
+	tb.Cleanup(func() {
+		cancel()
+		_ = cmd.Wait()
+		if tb.Failed() {
+			tb.Logf("pg_receivewal said: %s", out.String())
+		}
+	})
 }
 
 // KillPrimary kills the primary like a crash (a stalled WAL sender first, so
@@ -374,7 +486,7 @@ if [ "$(id -u)" = 0 ]; then
 fi
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
 	tries=0
-	until pg_basebackup -h primary -U postgres -D "$PGDATA" -R -X stream -c fast --no-sync; do
+	until pg_basebackup -h primary -U postgres -D "$PGDATA" -R -X stream -c fast --no-sync ${PGTEST_SLOT:+-C -S "$PGTEST_SLOT"}; do
 		tries=$((tries + 1))
 		[ "$tries" -lt 120 ] || exit 1
 		rm -rf "$PGDATA"/*
