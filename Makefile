@@ -72,19 +72,25 @@ image:
 drill:
 	$(GO) run ./cmd/idmint drill $(DRILL_ARGS)
 
-# drill-ha is the failover drill (TestDrillHA in cmd/idmint): etcd and two
-# Patroni-run PostgreSQL nodes on loopback, idmint instances under load, the
+# drill-ha is the failover drill (TestDrillHA in cmd/idmint) on the files of
+# deploy/ha: etcd and two Patroni-run PostgreSQL nodes on loopback, idmint
+# instances under load, the replica cut off (or its stream stalled), the
 # leader crashed, the replica promoted; it fails on any duplicate. Needs
 # patroni, python3-etcd, python3-psycopg2, etcd-server and postgresql
-# (Debian). Shape it with DRILL_MODES (sync, async), DRILL_RUNS (per mode),
-# DRILL_LAG (replication stalled before the crash, default 500ms) and
-# DRILL_SERVE_ARGS (more `idmint serve` flags), e.g.
+# (Debian). Shape it with DRILL_MODES (sync, async), DRILL_REPLICA
+# (disconnect, stall), DRILL_RUNS (per mode and variant), DRILL_DOWN (how long
+# the replica is cut off, default 3s), DRILL_LAG (stall: replication frozen
+# before the crash, default 500ms), DRILL_SERVE_ARGS (more `idmint serve`
+# flags) and DRILL_EXPECT=duplicates (a negative control: pass only on
+# duplicates). Each run prints a "drill-ha:" line with its figures, e.g.
 # make drill-ha DRILL_MODES=async DRILL_RUNS=10
-DRILL_MODES ?= sync async
-DRILL_RUNS  ?= 1
+# make drill-ha DRILL_MODES=async DRILL_SERVE_ARGS='--replicas-required off' DRILL_EXPECT=duplicates
+DRILL_MODES   ?= sync async
+DRILL_REPLICA ?= disconnect
+DRILL_RUNS    ?= 1
 drill-ha:
-	IDMINT_DRILL_HA=1 DRILL_MODES='$(DRILL_MODES)' DRILL_RUNS='$(DRILL_RUNS)' DRILL_LAG='$(DRILL_LAG)' \
-	DRILL_SERVE_ARGS='$(DRILL_SERVE_ARGS)' \
+	IDMINT_DRILL_HA=1 DRILL_MODES='$(DRILL_MODES)' DRILL_REPLICA='$(DRILL_REPLICA)' DRILL_RUNS='$(DRILL_RUNS)' \
+	DRILL_DOWN='$(DRILL_DOWN)' DRILL_LAG='$(DRILL_LAG)' DRILL_SERVE_ARGS='$(DRILL_SERVE_ARGS)' DRILL_EXPECT='$(DRILL_EXPECT)' \
 	$(GO) test -p 1 -count=1 -v -timeout 90m -run '^(TestCluster_Failover|TestDrillHA)$$' ./internal/hacluster ./cmd/idmint
 
 # drill-failover repeats the failover tests on real streaming replication
