@@ -39,6 +39,7 @@ const (
 type haResult struct {
 	mode            string
 	replica         string // what happened to the replica before the crash: stall or disconnect
+	control         bool   // a negative control: the wait off, duplicates expected
 	run             int
 	ids, duplicates int64
 	orderViolations int64
@@ -80,15 +81,16 @@ type haResult struct {
 // instance that served it (a grant lost in the failover is a duplicate
 // waiting to happen), and max_id is at or above the highest ID.
 //
-// DRILL_EXPECT=duplicates turns a run into a negative control: it passes
+// DRILL_EXPECT=duplicates turns the runs into negative controls: each passes
 // only if the checker found duplicates (run it with DRILL_MODES=async and
 // DRILL_SERVE_ARGS='--replicas-required off' to show that the drill catches
-// what idmint's standby wait prevents).
+// what idmint's standby wait prevents). DRILL_CONTROL=1 (make drill-ha's
+// default) adds one such run after the others.
 //
 // It runs with IDMINT_DRILL_HA=1; DRILL_MODES (default "sync async": Patroni's
 // synchronous_mode on or off), DRILL_REPLICA (default disconnect; a list runs
 // each), DRILL_RUNS (runs per mode and variant, default 1), DRILL_DOWN,
-// DRILL_LAG, DRILL_EXPECT and DRILL_SERVE_ARGS (more idmint serve flags) shape
+// DRILL_LAG, DRILL_EXPECT, DRILL_CONTROL and DRILL_SERVE_ARGS (more serve flags) shape
 // it. Each run prints one line starting "drill-ha:" with its figures.
 func TestDrillHA(t *testing.T) {
 	if os.Getenv("IDMINT_DRILL_HA") == "" {
@@ -139,34 +141,51 @@ func TestDrillHA(t *testing.T) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var results []*haResult
+	run := func(name string, r *haResult, cfg haConfig) {
+		results = append(results, r)
+		t.Run(name, func(t *testing.T) {
+			drillHA(ctx, t, bin, r, cfg)
+			if !t.Failed() {
+				r.verdict = "ok"
+			}
+			// One line per run, for a report to quote.
+			fmt.Printf("drill-ha: mode=%s replica=%s run=%d serve=%q expect=%s ids=%d duplicates=%d lost=%d 503s=%d no-answer=%d ids-again-after=%v verdict=%s\n",
+				r.mode, r.replica, r.run, strings.Join(cfg.serveArgs, " "), cfg.expect(), r.ids, r.duplicates, r.lost,
+				r.unavailable, r.noAnswer, r.resumed.Round(100*time.Millisecond), r.verdict)
+		})
+	}
 	for _, mode := range modes {
 		for _, variant := range variants {
 			for i := 1; i <= runs && ctx.Err() == nil; i++ {
-				r := &haResult{mode: mode, replica: variant, run: i, verdict: "FAIL"}
-				results = append(results, r)
-				t.Run(fmt.Sprintf("%s-%s-%d", mode, variant, i), func(t *testing.T) {
-					drillHA(ctx, t, bin, r, cfg)
-					if !t.Failed() {
-						r.verdict = "ok"
-					}
-					// One line per run, for a report to quote.
-					fmt.Printf("drill-ha: mode=%s replica=%s run=%d serve=%q expect=%s ids=%d duplicates=%d lost=%d 503s=%d no-answer=%d ids-again-after=%v verdict=%s\n",
-						r.mode, r.replica, r.run, strings.Join(cfg.serveArgs, " "), cfg.expect(), r.ids, r.duplicates, r.lost,
-						r.unavailable, r.noAnswer, r.resumed.Round(100*time.Millisecond), r.verdict)
-				})
+				run(fmt.Sprintf("%s-%s-%d", mode, variant, i), &haResult{mode: mode, replica: variant, run: i, verdict: "FAIL"}, cfg)
 			}
 		}
+	}
+	if os.Getenv("DRILL_CONTROL") == "1" && ctx.Err() == nil {
+		// The negative control: the same drill with idmint's standby wait
+		// off must hand out duplicates, or the drill has lost its teeth.
+		control := cfg
+		control.serveArgs = append(slices.Clone(cfg.serveArgs), "--replicas-required", "off")
+		control.expectDuplicates = true
+		run("control-async-disconnect", &haResult{mode: "async", replica: "disconnect", run: 1, verdict: "FAIL", control: true}, control)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "failover drill, replica disconnected %v or stalled %v before the crash, deployment flags %q, serve flags %q, expect %s:\n",
 		cfg.down, cfg.lag, strings.Join(cfg.deployArgs, " "), strings.Join(cfg.serveArgs, " "), cfg.expect())
-	fmt.Fprintf(&b, "%-6s %-10s %3s %8s %10s %6s %6s %10s %10s %6s %9s %9s %8s %s\n",
+	fmt.Fprintf(&b, "%-7s %-10s %3s %8s %10s %6s %6s %10s %10s %6s %9s %9s %8s %s\n",
 		"mode", "replica", "run", "ids", "duplicates", "order", "lost", "no-id-any", "no-id-max", "503s", "no-answer", "ids-again", "time", "verdict")
 	for _, r := range results {
-		fmt.Fprintf(&b, "%-6s %-10s %3d %8d %10d %6d %6d %10v %10v %6d %9d %9v %8v %s\n",
-			r.mode, r.replica, r.run, r.ids, r.duplicates, r.orderViolations, r.lost,
+		mode := r.mode
+		if r.control {
+			mode += "*"
+		}
+		fmt.Fprintf(&b, "%-7s %-10s %3d %8d %10d %6d %6d %10v %10v %6d %9d %9v %8v %s\n",
+			mode, r.replica, r.run, r.ids, r.duplicates, r.orderViolations, r.lost,
 			r.window.Round(100*time.Millisecond), r.worst.Round(100*time.Millisecond),
 			r.unavailable, r.noAnswer, r.resumed.Round(100*time.Millisecond), r.elapsed.Round(time.Second), r.verdict)
+	}
+	if os.Getenv("DRILL_CONTROL") == "1" {
+		b.WriteString("* the negative control: --replicas-required off, passes only with duplicates\n")
 	}
 	t.Log("\n" + b.String())
 }
