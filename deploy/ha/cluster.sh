@@ -267,7 +267,7 @@ cmd_smoke() {
 	cmd_up
 	local old
 	old=$(leader)
-	cmd_load 40s >"$dir/load.out" 2>&1 &
+	cmd_load 30s >"$dir/load.out" 2>&1 &
 	local load=$!
 	sleep 8
 	cmd_kill_leader
