@@ -144,14 +144,16 @@ func TestDrillHA(t *testing.T) {
 	run := func(name string, r *haResult, cfg haConfig) {
 		results = append(results, r)
 		t.Run(name, func(t *testing.T) {
+			// One line per run, for a report to quote; also after a Fatal.
+			defer func() {
+				if !t.Failed() {
+					r.verdict = "ok"
+				}
+				fmt.Printf("drill-ha: mode=%s replica=%s run=%d serve=%q expect=%s ids=%d duplicates=%d lost=%d 503s=%d no-answer=%d ids-again-after=%v verdict=%s\n",
+					r.mode, r.replica, r.run, strings.Join(cfg.serveArgs, " "), cfg.expect(), r.ids, r.duplicates, r.lost,
+					r.unavailable, r.noAnswer, r.resumed.Round(100*time.Millisecond), r.verdict)
+			}()
 			drillHA(ctx, t, bin, r, cfg)
-			if !t.Failed() {
-				r.verdict = "ok"
-			}
-			// One line per run, for a report to quote.
-			fmt.Printf("drill-ha: mode=%s replica=%s run=%d serve=%q expect=%s ids=%d duplicates=%d lost=%d 503s=%d no-answer=%d ids-again-after=%v verdict=%s\n",
-				r.mode, r.replica, r.run, strings.Join(cfg.serveArgs, " "), cfg.expect(), r.ids, r.duplicates, r.lost,
-				r.unavailable, r.noAnswer, r.resumed.Round(100*time.Millisecond), r.verdict)
 		})
 	}
 	for _, mode := range modes {
