@@ -72,20 +72,33 @@ image:
 drill:
 	$(GO) run ./cmd/idmint drill $(DRILL_ARGS)
 
-# drill-ha is the failover drill (TestDrillHA in cmd/idmint): etcd and two
-# Patroni-run PostgreSQL nodes on loopback, idmint instances under load, the
-# leader crashed, the replica promoted; it fails on any duplicate. Needs
-# patroni, python3-etcd, python3-psycopg2, etcd-server and postgresql
-# (Debian). Shape it with DRILL_MODES (sync, async), DRILL_RUNS (per mode),
-# DRILL_LAG (replication stalled before the crash, default 500ms) and
-# DRILL_SERVE_ARGS (more `idmint serve` flags), e.g.
-# make drill-ha DRILL_MODES=async DRILL_RUNS=10
-DRILL_MODES ?= sync async
-DRILL_RUNS  ?= 1
+# drill-ha is the failover drill on the files of deploy/ha. First TestDrillHA
+# (cmd/idmint): etcd and two Patroni-run PostgreSQL nodes on loopback, idmint
+# instances under load, the replica cut off (or its stream stalled), the
+# leader crashed, the replica promoted; it fails on any duplicate, and ends
+# with a negative control (the standby wait off: it must see duplicates).
+# Then deploy/ha/cluster.sh smoke: the README's walk-through (three nodes,
+# two instances, the leader killed under load). Needs patroni, python3-etcd,
+# python3-psycopg2, etcd-server, postgresql and curl (Debian). Shape it with
+# DRILL_MODES (sync, async), DRILL_REPLICA (disconnect, stall), DRILL_RUNS
+# (per mode and variant), DRILL_DOWN (how long the replica is cut off,
+# default 3s), DRILL_LAG (stall: replication frozen before the crash, default
+# 500ms), DRILL_SERVE_ARGS (more `idmint serve` flags), DRILL_EXPECT=duplicates
+# (every run a negative control), DRILL_CONTROL=0 (no control run) and
+# DRILL_DEPLOY=0 (no walk-through). Each run prints a "drill-ha:" line, e.g.
+# make drill-ha DRILL_MODES=async DRILL_RUNS=10 DRILL_CONTROL=0 DRILL_DEPLOY=0
+DRILL_MODES   ?= sync async
+DRILL_REPLICA ?= disconnect
+DRILL_RUNS    ?= 1
+DRILL_CONTROL ?= 1
+DRILL_DEPLOY  ?= 1
 drill-ha:
-	IDMINT_DRILL_HA=1 DRILL_MODES='$(DRILL_MODES)' DRILL_RUNS='$(DRILL_RUNS)' DRILL_LAG='$(DRILL_LAG)' \
-	DRILL_SERVE_ARGS='$(DRILL_SERVE_ARGS)' \
-	$(GO) test -p 1 -count=1 -v -timeout 90m -run '^(TestCluster_Failover|TestDrillHA)$$' ./internal/hacluster ./cmd/idmint
+	IDMINT_DRILL_HA=1 DRILL_MODES='$(DRILL_MODES)' DRILL_REPLICA='$(DRILL_REPLICA)' DRILL_RUNS='$(DRILL_RUNS)' \
+	DRILL_DOWN='$(DRILL_DOWN)' DRILL_LAG='$(DRILL_LAG)' DRILL_SERVE_ARGS='$(DRILL_SERVE_ARGS)' \
+	DRILL_EXPECT='$(DRILL_EXPECT)' DRILL_CONTROL='$(DRILL_CONTROL)' \
+	$(GO) test -count=1 -v -timeout 90m -run '^TestDrillHA$$' ./cmd/idmint
+	@if [ '$(DRILL_DEPLOY)' = 1 ]; then \
+		IDMINT_HA_DIR=$$(mktemp -u -d /tmp/idmint-ha-smoke.XXXXXX) deploy/ha/cluster.sh smoke; fi
 
 # drill-failover repeats the failover tests on real streaming replication
 # (a lagging asynchronous standby promoted, a disconnected one promoted after

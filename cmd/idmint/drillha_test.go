@@ -19,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idmint/idmint/deploy/ha"
 	"github.com/idmint/idmint/internal/hacluster"
 	"github.com/idmint/idmint/internal/pgtest"
 )
@@ -37,6 +38,8 @@ const (
 // haResult is one run of the failover drill.
 type haResult struct {
 	mode            string
+	replica         string // what happened to the replica before the crash: stall or disconnect
+	control         bool   // a negative control: the wait off, duplicates expected
 	run             int
 	ids, duplicates int64
 	orderViolations int64
@@ -45,33 +48,60 @@ type haResult struct {
 	worst           time.Duration // longest time one of the first two instances handed out none
 	unavailable     int64         // requests answered 503
 	noAnswer        int64         // requests that got no answer at all
+	resumed         time.Duration // from the crash until IDs flowed again
 	elapsed         time.Duration
 	verdict         string
 }
 
 // TestDrillHA is the failover drill on real automatic failover (make
-// drill-ha): etcd and two Patroni-run PostgreSQL nodes on loopback, two idmint
-// processes on the multi-host URL (target_session_attrs=read-write) of a tag
-// with step = max_step = 50, under load from the drill's clients; the
-// leader's WAL senders are frozen for DRILL_LAG (default 500ms: the replica
-// falls behind, as it does under load or on a slow network), then the leader
-// is crashed (SIGKILL to its Patroni and its PostgreSQL), Patroni
-// promotes the replica, a third idmint starts, and the load goes on. Every
-// acknowledged ID goes through the checker: no duplicate, every client's
-// IDs increasing; every instance serves again after the promotion; the
-// promoted database's segment log holds, for every acknowledged ID, a grant
-// of it to the instance that served it (a grant lost in the failover is a
-// duplicate waiting to happen), and max_id is at or above the highest ID.
+// drill-ha): etcd and two Patroni-run PostgreSQL nodes on loopback, rendered
+// from deploy/ha's files, two idmint processes with deploy/ha's idmint.env
+// on the multi-host URL (target_session_attrs=read-write) of a tag with
+// step = max_step = 50, under load from the drill's clients. Then the
+// replica falls behind, one of two ways (DRILL_REPLICA):
+//
+//   - disconnect (the default): the replica is cut off for DRILL_DOWN
+//     (default 3s) while grants go on: its Patroni frozen, its PostgreSQL
+//     killed. In asynchronous mode the leader is crashed while the replica
+//     is still away, then the replica comes back and Patroni promotes it
+//     (it is within maximum_lag_on_failover): it lacks whatever the leader
+//     committed meanwhile. In synchronous mode Patroni drops the replica
+//     from the synchronous set while it is away and would never promote it,
+//     so it comes back first, and the leader is crashed once it is the
+//     synchronous standby again.
+//   - stall: the leader's WAL senders are frozen for DRILL_LAG (default
+//     500ms; the replica stays connected and receives nothing), then the
+//     leader is crashed.
+//
+// The crash is SIGKILL to the leader's Patroni and PostgreSQL; after the
+// promotion a third idmint starts, and the load goes on. Every acknowledged
+// ID goes through the checker: no duplicate, every client's IDs increasing;
+// every instance serves again after the promotion; the promoted database's
+// segment log holds, for every acknowledged ID, a grant of it to the
+// instance that served it (a grant lost in the failover is a duplicate
+// waiting to happen), and max_id is at or above the highest ID.
+//
+// DRILL_EXPECT=duplicates turns the runs into negative controls: each passes
+// only if the checker found duplicates (run it with DRILL_MODES=async and
+// DRILL_SERVE_ARGS='--replicas-required off' to show that the drill catches
+// what idmint's standby wait prevents). In a control the first two
+// instances die with the leader and start again after the promotion, so
+// that no instance's floor repairs max_id past the lost grants: otherwise
+// whether they come out twice depends on which instance fetches first, and
+// the control would pass or fail by chance. DRILL_CONTROL=1 (make drill-ha's
+// default) adds one such run after the others.
 //
 // It runs with IDMINT_DRILL_HA=1; DRILL_MODES (default "sync async": Patroni's
-// synchronous_mode on or off), DRILL_RUNS (runs per mode, default 1),
-// DRILL_LAG (default 500ms; 0 crashes without stalling replication first) and
-// DRILL_SERVE_ARGS (more idmint serve flags) shape it.
+// synchronous_mode on or off), DRILL_REPLICA (default disconnect; a list runs
+// each), DRILL_RUNS (runs per mode and variant, default 1), DRILL_DOWN,
+// DRILL_LAG, DRILL_EXPECT, DRILL_CONTROL and DRILL_SERVE_ARGS (more serve flags) shape
+// it. Each run prints one line starting "drill-ha:" with its figures.
 func TestDrillHA(t *testing.T) {
 	if os.Getenv("IDMINT_DRILL_HA") == "" {
 		pgtest.SkipOptional(t, "set IDMINT_DRILL_HA=1 to run the failover drill (make drill-ha; needs patroni, etcd and the PostgreSQL server binaries)")
 	}
-	modes := strings.Fields(strings.ReplaceAll(envOr("DRILL_MODES", "sync async"), ",", " "))
+	modes := envList("DRILL_MODES", "sync async")
+	variants := envList("DRILL_REPLICA", "disconnect")
 	runs, err := strconv.Atoi(envOr("DRILL_RUNS", "1"))
 	if err != nil || runs < 1 {
 		t.Fatalf("DRILL_RUNS=%q: want a positive whole number", os.Getenv("DRILL_RUNS"))
@@ -81,10 +111,29 @@ func TestDrillHA(t *testing.T) {
 			t.Fatalf("DRILL_MODES: unknown mode %q, want sync or async", m)
 		}
 	}
-	serveArgs := strings.Fields(os.Getenv("DRILL_SERVE_ARGS"))
-	lag, err := time.ParseDuration(envOr("DRILL_LAG", "500ms"))
-	if err != nil || lag < 0 {
+	for _, v := range variants {
+		if v != "stall" && v != "disconnect" {
+			t.Fatalf("DRILL_REPLICA: unknown variant %q, want stall or disconnect", v)
+		}
+	}
+	cfg := haConfig{serveArgs: strings.Fields(os.Getenv("DRILL_SERVE_ARGS"))}
+	if cfg.lag, err = time.ParseDuration(envOr("DRILL_LAG", "500ms")); err != nil || cfg.lag < 0 {
 		t.Fatalf("DRILL_LAG=%q: want a duration such as 500ms or 0", os.Getenv("DRILL_LAG"))
+	}
+	if cfg.down, err = time.ParseDuration(envOr("DRILL_DOWN", "3s")); err != nil || cfg.down <= 0 {
+		t.Fatalf("DRILL_DOWN=%q: want a positive duration such as 3s", os.Getenv("DRILL_DOWN"))
+	}
+	switch expect := os.Getenv("DRILL_EXPECT"); expect {
+	case "":
+	case "duplicates":
+		cfg.expectDuplicates, cfg.restart = true, true
+	default:
+		t.Fatalf("DRILL_EXPECT=%q: want duplicates (a negative control) or nothing", expect)
+	}
+	// The deployment's idmint settings, as flags: the drill's instances run
+	// as deploy/ha's do, then with the drill's own flags.
+	if cfg.deployArgs, err = envFileFlags("idmint.env"); err != nil {
+		t.Fatal(err)
 	}
 
 	bin := filepath.Join(t.TempDir(), "idmint")
@@ -96,33 +145,141 @@ func TestDrillHA(t *testing.T) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var results []*haResult
-	for _, mode := range modes {
-		for i := 1; i <= runs && ctx.Err() == nil; i++ {
-			r := &haResult{mode: mode, run: i, verdict: "FAIL"}
-			results = append(results, r)
-			t.Run(fmt.Sprintf("%s-%d", mode, i), func(t *testing.T) {
-				drillHA(ctx, t, bin, r, lag, serveArgs)
+	run := func(name string, r *haResult, cfg haConfig) {
+		results = append(results, r)
+		t.Run(name, func(t *testing.T) {
+			// One line per run, for a report to quote; also after a Fatal.
+			defer func() {
 				if !t.Failed() {
 					r.verdict = "ok"
 				}
-			})
+				fmt.Printf("drill-ha: mode=%s replica=%s run=%d serve=%q expect=%s ids=%d duplicates=%d lost=%d 503s=%d no-answer=%d ids-again-after=%v verdict=%s\n",
+					r.mode, r.replica, r.run, strings.Join(cfg.serveArgs, " "), cfg.expect(), r.ids, r.duplicates, r.lost,
+					r.unavailable, r.noAnswer, r.resumed.Round(100*time.Millisecond), r.verdict)
+			}()
+			drillHA(ctx, t, bin, r, cfg)
+		})
+	}
+	for _, mode := range modes {
+		for _, variant := range variants {
+			for i := 1; i <= runs && ctx.Err() == nil; i++ {
+				run(fmt.Sprintf("%s-%s-%d", mode, variant, i), &haResult{mode: mode, replica: variant, run: i, verdict: "FAIL"}, cfg)
+			}
 		}
 	}
+	if os.Getenv("DRILL_CONTROL") == "1" && ctx.Err() == nil {
+		// The negative control: the same drill with idmint's standby wait
+		// off must hand out duplicates, or the drill has lost its teeth.
+		control := cfg
+		control.serveArgs = append(slices.Clone(cfg.serveArgs), "--replicas-required", "off")
+		control.expectDuplicates, control.restart = true, true
+		run("control-async-disconnect", &haResult{mode: "async", replica: "disconnect", run: 1, verdict: "FAIL", control: true}, control)
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "failover drill, replication stalled %v before the crash, serve flags %q:\n", lag, strings.Join(serveArgs, " "))
-	fmt.Fprintf(&b, "%-6s %3s %8s %10s %6s %6s %10s %10s %6s %9s %8s %s\n",
-		"mode", "run", "ids", "duplicates", "order", "lost", "no-id-any", "no-id-max", "503s", "no-answer", "time", "verdict")
+	fmt.Fprintf(&b, "failover drill, replica disconnected %v or stalled %v before the crash, deployment flags %q, serve flags %q, expect %s:\n",
+		cfg.down, cfg.lag, strings.Join(cfg.deployArgs, " "), strings.Join(cfg.serveArgs, " "), cfg.expect())
+	fmt.Fprintf(&b, "%-7s %-10s %3s %8s %10s %6s %6s %10s %10s %6s %9s %9s %8s %s\n",
+		"mode", "replica", "run", "ids", "duplicates", "order", "lost", "no-id-any", "no-id-max", "503s", "no-answer", "ids-again", "time", "verdict")
 	for _, r := range results {
-		fmt.Fprintf(&b, "%-6s %3d %8d %10d %6d %6d %10v %10v %6d %9d %8v %s\n",
-			r.mode, r.run, r.ids, r.duplicates, r.orderViolations, r.lost,
+		mode := r.mode
+		if r.control {
+			mode += "*"
+		}
+		fmt.Fprintf(&b, "%-7s %-10s %3d %8d %10d %6d %6d %10v %10v %6d %9d %9v %8v %s\n",
+			mode, r.replica, r.run, r.ids, r.duplicates, r.orderViolations, r.lost,
 			r.window.Round(100*time.Millisecond), r.worst.Round(100*time.Millisecond),
-			r.unavailable, r.noAnswer, r.elapsed.Round(time.Second), r.verdict)
+			r.unavailable, r.noAnswer, r.resumed.Round(100*time.Millisecond), r.elapsed.Round(time.Second), r.verdict)
+	}
+	if os.Getenv("DRILL_CONTROL") == "1" {
+		b.WriteString("* the negative control: --replicas-required off, passes only with duplicates\n")
 	}
 	t.Log("\n" + b.String())
 }
 
+// haConfig is what the environment asks of the drill's runs.
+type haConfig struct {
+	lag              time.Duration // DRILL_LAG: WAL senders frozen before the crash (stall)
+	down             time.Duration // DRILL_DOWN: the replica cut off before the crash (disconnect)
+	serveArgs        []string      // DRILL_SERVE_ARGS
+	deployArgs       []string      // deploy/ha/idmint.env as flags
+	expectDuplicates bool          // DRILL_EXPECT=duplicates: a negative control
+	restart          bool          // the first instances killed with the leader, started after the promotion
+}
+
+func (c haConfig) expect() string {
+	if c.expectDuplicates {
+		return "duplicates"
+	}
+	return "none"
+}
+
+// envFileFlags reads deploy/ha's env file name (IDMINT_WAIT_TIMEOUT=2s
+// lines) and returns it as serve flags (--wait-timeout 2s).
+func envFileFlags(name string) ([]string, error) {
+	raw, err := ha.Files.ReadFile(name)
+	if err != nil {
+		return nil, err
+	}
+	var args []string
+	for i, line := range strings.Split(string(raw), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok || !strings.HasPrefix(k, "IDMINT_") {
+			return nil, fmt.Errorf("deploy/ha/%s:%d: want IDMINT_NAME=value, got %q", name, i+1, line)
+		}
+		args = append(args, "--"+strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(k, "IDMINT_")), "_", "-"), v)
+	}
+	return args, nil
+}
+
+// okTimes is a transport that records when each request got a 200: when
+// IDs flowed.
+type okTimes struct {
+	next  http.RoundTripper
+	mu    sync.Mutex // protects times
+	times []time.Time
+}
+
+func (o *okTimes) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := o.next.RoundTrip(req)
+	if err == nil && resp.StatusCode == http.StatusOK {
+		now := time.Now()
+		o.mu.Lock()
+		o.times = append(o.times, now)
+		o.mu.Unlock()
+	}
+	return resp, err
+}
+
+// resumedAfter returns how long after t IDs flowed again: the end of the
+// longest time without a 200 that follows t (counted from the last 200
+// before t), minus t. Buffers may serve a little past a crash; the longest
+// silence after it is the failover.
+func (o *okTimes) resumedAfter(t time.Time) time.Duration {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	times := slices.Clone(o.times)
+	slices.SortFunc(times, time.Time.Compare)
+	i, _ := slices.BinarySearchFunc(times, t, time.Time.Compare)
+	prev := t
+	if i > 0 {
+		prev = times[i-1]
+	}
+	var gap, end time.Duration
+	for _, at := range times[i:] {
+		if d := at.Sub(prev); d > gap {
+			gap, end = d, at.Sub(t)
+		}
+		prev = at
+	}
+	return end
+}
+
 // drillHA runs the drill once, filling r.
-func drillHA(ctx context.Context, t *testing.T, bin string, r *haResult, lag time.Duration, serveArgs []string) {
+func drillHA(ctx context.Context, t *testing.T, bin string, r *haResult, cfg haConfig) {
 	begin := time.Now()
 	defer func() { r.elapsed = time.Since(begin) }()
 	ctx, cancel := context.WithTimeout(ctx, haRunTimeout)
@@ -150,8 +307,8 @@ func drillHA(ctx context.Context, t *testing.T, bin string, r *haResult, lag tim
 		i := len(procs)
 		p := &process{bin: bin, url: url, addr: freeAddr(t), instance: fmt.Sprint("i", i),
 			logPath: filepath.Join(dir, fmt.Sprint("i", i, ".log")),
-			// The default wait before a 503, then the drill's own flags.
-			args: append([]string{"--wait-timeout", "2s"}, serveArgs...)}
+			// The deployment's settings, then the drill's own flags.
+			args: append(slices.Clone(cfg.deployArgs), cfg.serveArgs...)}
 		p.start(t)
 		procs = append(procs, p)
 		return p
@@ -165,7 +322,8 @@ func drillHA(ctx context.Context, t *testing.T, bin string, r *haResult, lag tim
 		}
 	}()
 
-	httpc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: haClients}}
+	flow := &okTimes{next: &http.Transport{MaxIdleConnsPerHost: haClients}}
+	httpc := &http.Client{Timeout: 10 * time.Second, Transport: flow}
 	d := newDrillRun(httpc, 1)
 	load, stopLoad := context.WithCancel(ctx)
 	var stopOnce sync.Once
@@ -191,17 +349,17 @@ func drillHA(ctx context.Context, t *testing.T, bin string, r *haResult, lag tim
 	if err != nil {
 		t.Fatalf("%v\n%s", err, c.Logs(3000))
 	}
-	if lag > 0 {
-		if n, err := c.StallReplication(leader); err != nil || n == 0 {
-			t.Fatalf("stall replication on %s: %d WAL senders frozen, %v", leader, n, err)
-		}
-		if !during(ctx, lag) {
-			t.Fatal("the run's time ran out before the crash")
-		}
+	crashed, err := breakReplica(ctx, t, c, leader, r, cfg)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, c.Logs(3000))
 	}
-	crashed := time.Now()
-	if err := c.Crash(leader); err != nil {
-		t.Fatal(err)
+	if cfg.restart {
+		// The first instances die with the leader: after the promotion no
+		// running instance remembers (by its floor) the grants lost with
+		// it, so the promoted server grants them again at once.
+		for _, p := range procs {
+			p.stop(t, syscall.SIGKILL)
+		}
 	}
 	promoted, err := c.WaitLeader(ctx, leader)
 	if err != nil {
@@ -210,6 +368,11 @@ func drillHA(ctx context.Context, t *testing.T, bin string, r *haResult, lag tim
 	promotedAt := time.Now()
 	t.Logf("%s crashed at +%v under load, %s promoted %v later", leader,
 		crashed.Sub(d.begin).Round(time.Millisecond), promoted, promotedAt.Sub(crashed).Round(time.Millisecond))
+	if cfg.restart {
+		for _, p := range procs {
+			p.start(t)
+		}
+	}
 	drive(startInstance())
 
 	// Keep the load going for haAfter, and until every instance has served
@@ -230,12 +393,80 @@ func drillHA(ctx context.Context, t *testing.T, bin string, r *haResult, lag tim
 	for _, p := range procs {
 		p.stop(t, syscall.SIGTERM)
 	}
-	checkHA(t, c, d, procs, promotedAt, r)
+	r.resumed = flow.resumedAfter(crashed)
+	checkHA(t, c, d, procs, promotedAt, r, cfg.expectDuplicates)
+}
+
+// breakReplica makes the replica fall behind the leader as r.replica says,
+// crashes the leader and returns when.
+func breakReplica(ctx context.Context, t *testing.T, c *hacluster.Cluster, leader string, r *haResult, cfg haConfig) (time.Time, error) {
+	var replica string
+	for _, n := range c.Nodes() {
+		if n != leader {
+			replica = n
+		}
+	}
+	crash := func() (time.Time, error) {
+		at := time.Now()
+		return at, c.Crash(leader)
+	}
+	if r.replica == "stall" {
+		if cfg.lag > 0 {
+			if n, err := c.StallReplication(leader); err != nil || n == 0 {
+				return time.Time{}, fmt.Errorf("stall replication on %s: %d WAL senders frozen, %w", leader, n, err)
+			}
+			if !during(ctx, cfg.lag) {
+				return time.Time{}, ctx.Err()
+			}
+		}
+		return crash()
+	}
+	if err := c.Disconnect(replica); err != nil {
+		return time.Time{}, err
+	}
+	if !during(ctx, cfg.down) {
+		return time.Time{}, ctx.Err()
+	}
+	if r.mode == "sync" {
+		// Patroni promotes only the standby etcd names synchronous: crash
+		// the leader once the replica is that again.
+		if err := c.Reconnect(replica); err != nil {
+			return time.Time{}, err
+		}
+		back := time.Now()
+		if _, err := c.WaitReplicating(ctx); err != nil {
+			return time.Time{}, err
+		}
+		t.Logf("%s cut off for %v, the synchronous standby again %v after it came back", replica, cfg.down, time.Since(back).Round(time.Millisecond))
+		return crash()
+	}
+	at, err := crash()
+	if err != nil {
+		return at, err
+	}
+	t.Logf("%s cut off for %v, then %s crashed; %s comes back", replica, cfg.down, leader, replica)
+	return at, c.Reconnect(replica)
 }
 
 // checkHA checks what the drill saw against the promoted database and
 // fills r.
-func checkHA(t *testing.T, c *hacluster.Cluster, d *drillRun, procs []*process, promotedAt time.Time, r *haResult) {
+//
+// With expectDuplicates (a negative control) the run must show duplicates,
+// and what follows from them (lost grants, max_id too low) is only logged.
+func checkHA(t *testing.T, c *hacluster.Cluster, d *drillRun, procs []*process, promotedAt time.Time, r *haResult, expectDuplicates bool) {
+	var violations []string
+	defer func() {
+		switch {
+		case expectDuplicates && r.duplicates == 0:
+			t.Errorf("negative control: no duplicate among %d IDs, though the drill was set up to produce them (DRILL_EXPECT=duplicates)", r.ids)
+		case expectDuplicates:
+			t.Logf("negative control: as expected, %s", strings.Join(violations, "; "))
+		default:
+			for _, v := range violations {
+				t.Error(v)
+			}
+		}
+	}()
 	rep := d.checker.Report()
 	var report strings.Builder
 	report.WriteString(rep.String())
@@ -279,7 +510,7 @@ func checkHA(t *testing.T, c *hacluster.Cluster, d *drillRun, procs []*process, 
 			}
 		}
 		sort.Strings(sample)
-		t.Errorf("%d duplicates (e.g. %s), %d order violations", r.duplicates, strings.Join(sample, ", "), r.orderViolations)
+		violations = append(violations, fmt.Sprintf("%d duplicates (e.g. %s), %d order violations", r.duplicates, strings.Join(sample, ", "), r.orderViolations))
 	}
 
 	// The promoted database must know every grant an ID was served from,
@@ -327,10 +558,10 @@ func checkHA(t *testing.T, c *hacluster.Cluster, d *drillRun, procs []*process, 
 		}
 	}
 	if r.lost > 0 {
-		t.Errorf("%d acknowledged IDs were served from grants the promoted database does not have (by instance: %v)", r.lost, lostBy)
+		violations = append(violations, fmt.Sprintf("%d acknowledged IDs were served from grants the promoted database does not have (by instance: %v)", r.lost, lostBy))
 	}
 	if maxID < highest {
-		t.Errorf("max_id %d on the promoted database is below %d, the highest ID served", maxID, highest)
+		violations = append(violations, fmt.Sprintf("max_id %d on the promoted database is below %d, the highest ID served", maxID, highest))
 	}
 	t.Logf("%s: %d IDs, %d duplicates, %d from lost grants; no ID from any instance for %v, from one of the first two for up to %v; %d× 503, %d× no answer",
 		r.mode, r.ids, r.duplicates, r.lost, r.window.Round(time.Millisecond), r.worst.Round(time.Millisecond), r.unavailable, r.noAnswer)
@@ -363,6 +594,11 @@ func waitUntil(ctx context.Context, limit time.Duration, cond func() bool) bool 
 		}
 	}
 	return true
+}
+
+// envList splits the variable name (spaces or commas) or, if unset, def.
+func envList(name, def string) []string {
+	return strings.Fields(strings.ReplaceAll(envOr(name, def), ",", " "))
 }
 
 func envOr(name, def string) string {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idmint/idmint/deploy/ha"
 	"github.com/idmint/idmint/internal/pgtest"
 )
 
@@ -29,11 +30,17 @@ const (
 	ownerFile = "owner.pid"
 )
 
-// The superuser idmint connects as; trust authentication on loopback, the
-// password only satisfies Patroni's bootstrap.
+// The roles of a drill's cluster (deploy/ha's patroni.yml and
+// post-bootstrap.sh): the superuser the drill inspects nodes as, and the
+// role and database idmint uses (with pg_monitor).
 const (
-	superuser = "postgres"
-	password  = "postgres"
+	superuser     = "postgres"
+	password      = "postgres"
+	replPassword  = "replicator"
+	appUser       = "idmint"
+	appPassword   = "idmint"
+	appDatabase   = "idmint"
+	postBootstrap = "post-bootstrap.sh"
 )
 
 // Config describes a cluster to start.
@@ -71,7 +78,11 @@ type node struct {
 	dir, data       string
 	patroni         *proc
 	crashed         bool
+	cut             bool // Disconnect froze its Patroni and killed its server
 }
+
+// gone reports whether n can answer: neither crashed nor cut off.
+func (n *node) gone() bool { return n.crashed || n.cut }
 
 // Start starts etcd and the Patroni nodes and returns once each answers;
 // the nodes then elect a leader and clone it (see WaitReplicating). On error
@@ -110,7 +121,7 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	}
 	defer func() {
 		if err != nil {
-			err = errors.Join(err, c.Close())
+			err = errors.Join(fmt.Errorf("%w\n%s", err, c.Logs(3000)), c.Close())
 		}
 	}()
 	if err := os.Chmod(c.dir, 0o755); err != nil {
@@ -129,13 +140,21 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		return nil, err
 	}
 	client, peer := ports[0], ports[1]
-	c.etcd, err = c.start(etcdDir, "etcd.log", etcdBin,
-		"--name", "drill", "--data-dir", filepath.Join(etcdDir, "data"),
-		"--listen-client-urls", loopURL(client), "--advertise-client-urls", loopURL(client),
-		"--listen-peer-urls", loopURL(peer), "--initial-advertise-peer-urls", loopURL(peer),
-		"--initial-cluster", "drill="+loopURL(peer), "--initial-cluster-state", "new",
-		"--logger", "zap", "--log-level", "warn")
+	etcdConf := filepath.Join(etcdDir, "etcd.yml")
+	if err := c.render("etcd.yml", etcdConf, map[string]string{
+		"ETCD_NAME": "drill", "ETCD_DIR": etcdDir, "HOST": loopHost, "SCOPE": scope,
+		"ETCD_CLIENT_PORT": strconv.Itoa(client), "ETCD_PEER_PORT": strconv.Itoa(peer),
+	}); err != nil {
+		return nil, err
+	}
+	if c.etcd, err = c.start(etcdDir, "etcd.log", nil, etcdBin, "--config-file", etcdConf); err != nil {
+		return nil, err
+	}
+	script, err := ha.Files.ReadFile(postBootstrap)
 	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(c.dir, postBootstrap), script, 0o755); err != nil {
 		return nil, err
 	}
 	if err := waitFor(ctx, 30*time.Second, "etcd to answer", func() error {
@@ -151,15 +170,10 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 		}
 		n.data = filepath.Join(n.dir, "data")
 		conf := filepath.Join(n.dir, "patroni.yml")
-		// JSON is YAML: no YAML library needed.
-		raw, err := json.MarshalIndent(c.patroniConfig(n, client), "", "  ")
-		if err != nil {
+		if err := c.render("patroni.yml", conf, c.patroniVars(n, client)); err != nil {
 			return nil, err
 		}
-		if err := os.WriteFile(conf, raw, 0o644); err != nil {
-			return nil, err
-		}
-		if n.patroni, err = c.start(n.dir, "patroni.log", patroniBin, conf); err != nil {
+		if n.patroni, err = c.start(n.dir, "patroni.log", []string{"IDMINT_DB_PASSWORD=" + appPassword}, patroniBin, conf); err != nil {
 			return nil, err
 		}
 		c.nodes = append(c.nodes, n)
@@ -175,66 +189,44 @@ func Start(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	return c, nil
 }
 
-// patroniConfig is the configuration of node n, etcd's client port given.
-func (c *Cluster) patroniConfig(n *node, etcdPort int) map[string]any {
+// patroniVars fills in deploy/ha's patroni.yml for node n, etcd's client
+// port given. The drill departs from a deployment in three values only: a
+// short TTL (10s by default) and a one-second loop, so that a failover
+// takes seconds, and fsync off, since it kills processes, not machines.
+func (c *Cluster) patroniVars(n *node, etcdPort int) map[string]string {
 	ttl := int(c.cfg.TTL.Seconds())
-	hba := []string{
-		"local all all trust",
-		"host all all 127.0.0.1/32 trust",
-		"host replication all 127.0.0.1/32 trust",
+	return map[string]string{
+		"SCOPE": scope, "NAME": n.name, "HOST": loopHost,
+		"PG_PORT": strconv.Itoa(n.pgPort), "API_PORT": strconv.Itoa(n.apiPort),
+		"ETCD_HOSTS": loopAddr(etcdPort),
+		"NODE_DIR":   n.dir, "DATA_DIR": n.data, "BIN_DIR": c.cfg.BinDir,
+		"TTL": strconv.Itoa(ttl), "LOOP_WAIT": "1", "RETRY_TIMEOUT": strconv.Itoa(max(2, ttl/3)),
+		"SYNCHRONOUS_MODE":   strconv.FormatBool(c.cfg.Synchronous),
+		"FSYNC":              "off",
+		"CLIENT_NET":         loopHost + "/32",
+		"SUPERUSER_PASSWORD": password, "REPLICATION_PASSWORD": replPassword,
+		"POST_BOOTSTRAP": filepath.Join(c.dir, postBootstrap),
 	}
-	return map[string]any{
-		"scope":     "idmint-drill",
-		"namespace": "/idmint-drill/",
-		"name":      n.name,
-		"log":       map[string]any{"level": "INFO"},
-		"restapi":   map[string]any{"listen": loopAddr(n.apiPort), "connect_address": loopAddr(n.apiPort)},
-		"etcd3":     map[string]any{"hosts": []string{loopAddr(etcdPort)}},
-		"bootstrap": map[string]any{
-			"dcs": map[string]any{
-				"ttl":                     ttl,
-				"loop_wait":               1,
-				"retry_timeout":           max(2, ttl/3),
-				"maximum_lag_on_failover": 1 << 20,
-				"synchronous_mode":        c.cfg.Synchronous,
-				"postgresql": map[string]any{
-					"use_pg_rewind": false,
-					"use_slots":     true,
-					"parameters": map[string]any{
-						"max_connections":       100,
-						"shared_buffers":        "32MB",
-						"max_wal_senders":       10,
-						"max_replication_slots": 10,
-						"wal_keep_size":         "64MB",
-						"hot_standby":           "on",
-						// The drill kills processes, not machines: the
-						// page cache survives, and no node's disk is
-						// reused after an operating-system crash.
-						"fsync": "off",
-					},
-				},
-			},
-			"initdb": []any{map[string]string{"encoding": "UTF8"}, map[string]string{"locale": "C"}, "no-sync"},
-		},
-		"postgresql": map[string]any{
-			"listen":          loopAddr(n.pgPort),
-			"connect_address": loopAddr(n.pgPort),
-			"data_dir":        n.data,
-			"bin_dir":         c.cfg.BinDir,
-			"pgpass":          filepath.Join(n.dir, "pgpass"),
-			"pg_hba":          hba,
-			"authentication": map[string]any{
-				"superuser":   map[string]string{"username": superuser, "password": password},
-				"replication": map[string]string{"username": "replicator", "password": "replicator"},
-			},
-			"parameters": map[string]any{
-				"unix_socket_directories": n.dir,
-				"logging_collector":       "on",
-				"log_directory":           filepath.Join(n.dir, "log"),
-				"log_filename":            "postgresql.log",
-			},
-		},
+}
+
+// render fills in deploy/ha's template name with vars and writes it to
+// path, readable by the server's user.
+func (c *Cluster) render(name, path string, vars map[string]string) error {
+	tmpl, err := ha.Files.ReadFile(name)
+	if err != nil {
+		return err
 	}
+	out, err := ha.Render(tmpl, vars)
+	if err != nil {
+		return fmt.Errorf("hacluster: %s: %w", name, err)
+	}
+	if err := os.WriteFile(path, out, 0o600); err != nil {
+		return err
+	}
+	if c.cred != nil {
+		return os.Chown(path, int(c.cred.Uid), int(c.cred.Gid))
+	}
+	return nil
 }
 
 // Nodes returns the names of the nodes: node0, node1, …
@@ -247,17 +239,19 @@ func (c *Cluster) Nodes() []string {
 }
 
 // URL returns a connection URL over every node that only settles on the
-// writable one (target_session_attrs=read-write): what idmint is given.
+// writable one (target_session_attrs=read-write): what idmint is given. It
+// connects as the role post-bootstrap.sh created (idmint, with pg_monitor)
+// to its database.
 func (c *Cluster) URL() string {
 	hosts := make([]string, len(c.nodes))
 	for i, n := range c.nodes {
 		hosts[i] = loopAddr(n.pgPort)
 	}
-	return fmt.Sprintf("postgres://%s:%s@%s/postgres?sslmode=disable&target_session_attrs=read-write",
-		superuser, password, strings.Join(hosts, ","))
+	return fmt.Sprintf("postgres://%s:%s@%s/%s?sslmode=disable&target_session_attrs=read-write",
+		appUser, appPassword, strings.Join(hosts, ","), appDatabase)
 }
 
-// NodeURL returns the connection URL of one node.
+// NodeURL returns the superuser's connection URL of one node.
 func (c *Cluster) NodeURL(name string) string {
 	n := c.node(name)
 	if n == nil {
@@ -280,7 +274,7 @@ func (c *Cluster) node(name string) *node {
 func (c *Cluster) Leader(ctx context.Context) (string, error) {
 	var errs []error
 	for _, n := range c.nodes {
-		if n.crashed {
+		if n.gone() {
 			continue
 		}
 		st, err := n.status(ctx)
@@ -325,8 +319,9 @@ func (c *Cluster) WaitLeader(ctx context.Context, except string) (string, error)
 }
 
 // WaitReplicating waits until a node leads and every other live node
-// streams from it (as a synchronous standby in synchronous mode), and
-// returns the leader.
+// streams from it, and returns the leader. In synchronous mode every
+// replica must also be a synchronous standby and listed as one in etcd
+// (Patroni's /sync answers 200): only then may Patroni promote it.
 func (c *Cluster) WaitReplicating(ctx context.Context) (string, error) {
 	var leader string
 	err := waitFor(ctx, 120*time.Second, "every replica to stream from the leader", func() error {
@@ -338,7 +333,7 @@ func (c *Cluster) WaitReplicating(ctx context.Context) (string, error) {
 		// pg_basebackup still running streams too, under its own name.
 		var replicas []string
 		for _, n := range c.nodes {
-			if !n.crashed && n.name != l {
+			if !n.gone() && n.name != l {
 				replicas = append(replicas, n.name)
 			}
 		}
@@ -350,6 +345,13 @@ func (c *Cluster) WaitReplicating(ctx context.Context) (string, error) {
 		}
 		if streaming != len(replicas) {
 			return fmt.Errorf("%d of %d replicas stream from %s", streaming, len(replicas), l)
+		}
+		if c.cfg.Synchronous {
+			for _, name := range replicas {
+				if err := getOK(ctx, "http://"+loopAddr(c.node(name).apiPort)+"/sync"); err != nil {
+					return fmt.Errorf("%s streams but is not the synchronous standby in etcd yet: %w", name, err)
+				}
+			}
 		}
 		leader = l
 		return nil
@@ -379,6 +381,37 @@ func (c *Cluster) Crash(name string) error {
 	}
 	n.crashed = true
 	return errors.Join(n.patroni.kill(), killPostmaster(n.data))
+}
+
+// Disconnect cuts node name off as a network partition would, until
+// Reconnect: its Patroni is frozen (SIGSTOP: it neither answers nor
+// restarts the server, and its member key stays in etcd until the TTL runs
+// out), then its PostgreSQL is killed, so it receives no WAL. The leader
+// goes on committing without it (asynchronous mode), or once Patroni
+// notices drops it from the synchronous set (synchronous mode); its
+// replication slot on the leader stays where it stopped.
+func (c *Cluster) Disconnect(name string) error {
+	n := c.node(name)
+	if n == nil || n.gone() {
+		return fmt.Errorf("hacluster: no live node %q", name)
+	}
+	n.cut = true
+	if err := n.patroni.signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	return killPostmaster(n.data)
+}
+
+// Reconnect resumes a node Disconnect cut off: its Patroni goes on, sees
+// its server gone and starts it again as a replica, which then streams
+// from the leader (or, if the leader died meanwhile, may be promoted).
+func (c *Cluster) Reconnect(name string) error {
+	n := c.node(name)
+	if n == nil || !n.cut {
+		return fmt.Errorf("hacluster: node %q is not disconnected", name)
+	}
+	n.cut = false
+	return n.patroni.signal(syscall.SIGCONT)
 }
 
 // StallReplication freezes (SIGSTOP) the WAL senders of node name: its
@@ -524,7 +557,13 @@ func waitFor(ctx context.Context, limit time.Duration, what string, try func() e
 	}
 }
 
-func loopAddr(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+// The drill's clusters listen on loopback only, under one Patroni scope.
+const (
+	loopHost = "127.0.0.1"
+	scope    = "idmint-drill"
+)
+
+func loopAddr(port int) string { return net.JoinHostPort(loopHost, strconv.Itoa(port)) }
 func loopURL(port int) string  { return "http://" + loopAddr(port) }
 
 // freePorts returns n distinct ports free on 127.0.0.1 right now.

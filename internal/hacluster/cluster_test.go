@@ -11,9 +11,10 @@ import (
 	"github.com/idmint/idmint/internal/hacluster"
 )
 
-// TestCluster_Failover starts two nodes in synchronous mode, commits a row,
-// crashes the leader and reads the row back from the promoted node through
-// the multi-host URL. It needs Patroni and etcd: it runs with
+// TestCluster_Failover starts two nodes in synchronous mode from
+// deploy/ha's files, checks that idmint's role has pg_monitor, commits a
+// row as that role, crashes the leader and reads the row back from the
+// promoted node through the multi-host URL. It needs Patroni and etcd: it runs with
 // IDMINT_DRILL_HA=1 (make drill-ha).
 func TestCluster_Failover(t *testing.T) {
 	if os.Getenv("IDMINT_DRILL_HA") == "" {
@@ -49,6 +50,16 @@ func TestCluster_Failover(t *testing.T) {
 		}
 	}
 	exec(`CREATE TABLE drill (n int); INSERT INTO drill VALUES (42)`)
+	var monitor bool
+	if conn, err := pgx.Connect(ctx, c.URL()); err != nil {
+		fail(err)
+	} else {
+		err := conn.QueryRow(ctx, `SELECT current_user = 'idmint' AND pg_has_role('pg_monitor', 'member')`).Scan(&monitor)
+		conn.Close(ctx)
+		if err != nil || !monitor {
+			t.Fatalf("the URL's role is not idmint with pg_monitor (%v)", err)
+		}
+	}
 
 	if err := c.Crash(old); err != nil {
 		fail(err)

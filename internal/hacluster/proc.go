@@ -25,8 +25,9 @@ type proc struct {
 }
 
 // start runs bin in dir as the server's user, in a new process group that
-// dies with this process, with its output appended to dir/logName.
-func (c *Cluster) start(dir, logName, bin string, args ...string) (*proc, error) {
+// dies with this process, with its output appended to dir/logName and env
+// added to its environment.
+func (c *Cluster) start(dir, logName string, env []string, bin string, args ...string) (*proc, error) {
 	p := &proc{name: filepath.Base(bin) + " in " + filepath.Base(dir), log: filepath.Join(dir, logName), done: make(chan struct{})}
 	out, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -35,7 +36,7 @@ func (c *Cluster) start(dir, logName, bin string, args ...string) (*proc, error)
 	defer out.Close()
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Dir = dir
-	p.cmd.Env = append(cleanEnv(), "HOME="+dir, "LC_ALL=C.UTF-8")
+	p.cmd.Env = append(append(cleanEnv(), "HOME="+dir, "LC_ALL=C.UTF-8"), env...)
 	p.cmd.Stdout, p.cmd.Stderr = out, out
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: c.cred}
 	if err := p.cmd.Start(); err != nil {
@@ -57,6 +58,19 @@ func (p *proc) check(err error) error {
 	default:
 		return err
 	}
+}
+
+// signal sends sig to the process group, unless the process is gone.
+func (p *proc) signal(sig syscall.Signal) error {
+	select {
+	case <-p.done:
+		return fmt.Errorf("%w: %s", errExited, p.name)
+	default:
+	}
+	if err := syscall.Kill(-p.cmd.Process.Pid, sig); err != nil {
+		return fmt.Errorf("hacluster: signal %v to %s: %w", sig, p.name, err)
+	}
+	return nil
 }
 
 // kill sends SIGKILL to the process group and waits for the process.
