@@ -8,6 +8,8 @@
 #   scripts/mutate.sh                  all mutations
 #   scripts/mutate.sh NAME...          only these
 #   MUTATE_GOFLAGS='-race' scripts/mutate.sh
+#   MUTATE_CHECK=1 scripts/mutate.sh   only check that every mutation applies
+#                                      (each old text occurs once); no tests
 #
 # Tests that need PostgreSQL find it as `make test` does (IDMINT_TEST_PG,
 # IDMINT_TEST_DATABASE_URL, ...). The source tree is never modified.
@@ -85,7 +87,9 @@ run_tests() {
 # Baseline: every test spec passes on the unmutated tree, or a failure
 # under a mutation would prove nothing.
 declare -A baseline=()
+check_only=${MUTATE_CHECK:-0}
 for i in "${chosen[@]}"; do
+	[[ $check_only == 1 ]] && break
 	spec=${tests[i]}
 	[[ -n ${baseline[$spec]:-} ]] && continue
 	baseline[$spec]=1
@@ -115,7 +119,9 @@ for i in "${chosen[@]}"; do
 	read -r -a args <<<"${tests[i]}"
 	log=$work/$name.log
 	start=$SECONDS
-	if [[ -z $status ]]; then
+	if [[ -z $status && $check_only == 1 ]]; then
+		status="applies (not run)"
+	elif [[ -z $status ]]; then
 		pkgs=()
 		for a in "${args[@]}"; do [[ $a == ./* ]] && pkgs+=("$a"); done
 		if ! (cd "$work" && $GO vet "${pkgs[@]}") >"$log" 2>&1; then
@@ -130,7 +136,7 @@ for i in "${chosen[@]}"; do
 	mv "$file.orig" "$file"
 	printf '%-28s %4ss  %s\n' "$name" "$((SECONDS - start))" "$status"
 	results+=("$name: $status")
-	if [[ $status != killed* ]]; then
+	if [[ $status != killed* && $status != applies* ]]; then
 		failed=1
 		echo "    ${whats[i]}; its test run: $log" >&2
 		tail -n 20 "$log" >&2 || true
@@ -138,6 +144,11 @@ for i in "${chosen[@]}"; do
 done
 
 echo
+if [[ $check_only == 1 ]]; then
+	((failed)) && echo "mutations: ${#results[@]}, some do not apply" && exit 1
+	echo "mutations: ${#results[@]}, all apply"
+	exit 0
+fi
 survivors=$(printf '%s\n' "${results[@]}" | grep -vc ': killed' || true)
 echo "mutations: ${#results[@]}, killed: $((${#results[@]} - survivors)), not killed: $survivors"
 if ((failed)); then
