@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/internal/redact"
 )
 
 // ReplicationSource reports a database's streaming replication.
@@ -86,7 +87,7 @@ func (s *Server) replicationHealth(ctx context.Context) *ReplicationHealth {
 		GrantsAtRisk:            st.AtRisk(),
 		GrantWaits:              st.Waits,
 		GrantWaitFailures:       st.WaitFailures,
-		LastWaitError:           st.LastWaitError,
+		LastWaitError:           redact.String(st.LastWaitError),
 		Warnings:                st.Warnings(),
 	}
 	if st.Waits > 0 {
@@ -94,6 +95,9 @@ func (s *Server) replicationHealth(ctx context.Context) *ReplicationHealth {
 	}
 	if h.Warnings == nil {
 		h.Warnings = []string{}
+	}
+	for i, w := range h.Warnings {
+		h.Warnings[i] = redact.String(w)
 	}
 	return h
 }
