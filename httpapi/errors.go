@@ -97,11 +97,12 @@ type errorBody struct {
 }
 
 // writeError writes err as JSON. Server-side failures are logged with the
-// full error; the client gets the mapped message.
+// error, redacted (at most one line a second per code through the
+// server's logger: see failureLog); the client gets the mapped message.
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	ae := toAPIError(err)
 	if ae.status >= 500 {
-		log.Warn("request failed", "path", truncate(r.URL.Path, maxLogged), "query", truncate(r.URL.RawQuery, maxLogged),
+		log.Warn(requestFailed, "path", truncate(r.URL.Path, maxLogged), "query", truncate(r.URL.RawQuery, maxLogged),
 			"status", ae.status, "code", ae.code, "err", redact.Error(err), "request_id", middleware.GetReqID(r.Context()))
 	}
 	if ae.challenge != "" {
