@@ -295,24 +295,12 @@ func (f *failingTokens) ListTokens(context.Context) ([]allocator.Token, error) {
 	return nil, errors.New("dial tcp 10.0.0.9:5432: connect: connection refused")
 }
 
-// orderAllocator is an allocator over memory with the tag "order".
-func orderAllocator(tb testing.TB) *allocator.Allocator {
-	tb.Helper()
-	m := allocator.NewMemStore()
-	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order"}); err != nil {
-		tb.Fatal(err)
-	}
-	a := allocator.New(allocator.Config{Store: m, Logger: quiet()})
-	tb.Cleanup(func() { a.Close(context.Background()) })
-	return a
-}
-
 // TestAuth_TokensUnreadable: when the tokens cannot be read, a request with
 // a token is a 503 with Retry-After (not a 401 that would make a client
 // drop a good token), and the store is asked once per refresh interval,
 // not once per request.
 func TestAuth_TokensUnreadable(t *testing.T) {
-	a := orderAllocator(t)
+	a := orderAllocator(t, allocator.NewMemStore())
 	tokens := &failingTokens{}
 	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(),
 		Auth: httpapi.AuthConfig{Tokens: tokens, IDs: httpapi.AuthToken, Refresh: time.Hour}})))
@@ -390,7 +378,7 @@ func (o *outageTokens) set(down bool, tokens ...allocator.Token) {
 // seen revoked gets 401 for good, even when a later read (a lagging
 // replica) shows it unrevoked, and even during an outage.
 func TestAuth_RevokedDuringOutage(t *testing.T) {
-	a := orderAllocator(t)
+	a := orderAllocator(t, allocator.NewMemStore())
 	// The instance's clock stands still but for advance; it starts at the
 	// real time, as the request deadlines are taken from it.
 	var now atomic.Int64
