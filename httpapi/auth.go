@@ -48,10 +48,20 @@ type AuthConfig struct {
 	// token with the monitor (or admin) scope.
 	ProtectMonitoring bool
 	// Refresh is how old the in-memory copy of the tokens may get before a
-	// request reads them again (default 1s): a new or revoked token takes
-	// effect within it.
+	// request reads them again (default 1s): while the token store
+	// answers, a new or revoked token takes effect within it.
 	Refresh time.Duration
+	// MaxStale is how long after the last successful read the copy may
+	// still be used while the token store cannot be read (default 30s, at
+	// least Refresh): past it every token is refused with 503, since
+	// nothing can tell whether it was revoked meanwhile. A revocation thus
+	// takes effect on every instance within MaxStale whatever happens to
+	// the store; a token once seen revoked is never accepted again.
+	MaxStale time.Duration
 }
+
+// DefaultMaxStale is AuthConfig.MaxStale's default.
+const DefaultMaxStale = 30 * time.Second
 
 // initAccess sets up token checks and per-address limits from the config.
 func (s *Server) initAccess() {
@@ -62,7 +72,11 @@ func (s *Server) initAccess() {
 	if a.Refresh <= 0 {
 		a.Refresh = time.Second
 	}
-	s.auth = &authenticator{src: a.Tokens, refresh: a.Refresh, timeout: max(s.cfg.PingTimeout, time.Second), now: s.cfg.Now}
+	if a.MaxStale <= 0 {
+		a.MaxStale = DefaultMaxStale
+	}
+	s.auth = &authenticator{src: a.Tokens, refresh: a.Refresh, maxStale: max(a.MaxStale, a.Refresh),
+		timeout: max(s.cfg.PingTimeout, time.Second), now: s.cfg.Now}
 	per := s.cfg.Limits.IDsPerSecondPerToken
 	s.auth.newLimit = func(t allocator.Token) *rate.Limiter {
 		switch {
@@ -138,11 +152,17 @@ func (p *principal) hasIDScope() bool {
 	return p.allIDs || len(p.tags) > 0 || len(p.prefixes) > 0
 }
 
-// tokenSet is one read of the tokens: the valid ones by ID. byID is nil
-// when no read has succeeded yet (the last one failed at at).
+// tokenSet is one read of the tokens: the valid ones by ID, as of the
+// last successful read (readAt); at is when the last read was tried. byID
+// is nil when no read has succeeded yet. revoked holds every token ID ever
+// seen revoked, carried from set to set: a revocation is final, even if a
+// later read (from a lagging replica after a failover) shows the token
+// unrevoked.
 type tokenSet struct {
-	at   time.Time
-	byID map[string]*principal
+	at      time.Time
+	readAt  time.Time
+	byID    map[string]*principal
+	revoked map[string]struct{}
 }
 
 // authenticator checks bearer tokens against an in-memory copy of the
@@ -151,6 +171,7 @@ type tokenSet struct {
 type authenticator struct {
 	src      TokenLister
 	refresh  time.Duration
+	maxStale time.Duration // how long the copy serves while reads fail
 	timeout  time.Duration
 	now      func() time.Time
 	newLimit func(allocator.Token) *rate.Limiter // nil limiter: not rate limited
@@ -186,14 +207,24 @@ func (a *authenticator) current(ctx context.Context) *tokenSet {
 		// failing, and requests must not queue on it.
 		failed := &tokenSet{at: start}
 		if s != nil {
-			failed.byID = s.byID
+			failed.readAt, failed.byID, failed.revoked = s.readAt, s.byID, s.revoked
 		}
 		a.set.Store(failed)
 		return failed
 	}
-	next := &tokenSet{at: start, byID: make(map[string]*principal, len(tokens))}
+	next := &tokenSet{at: start, readAt: start, byID: make(map[string]*principal, len(tokens)), revoked: map[string]struct{}{}}
+	if s != nil {
+		for id := range s.revoked {
+			next.revoked[id] = struct{}{}
+		}
+	}
 	for _, t := range tokens {
 		if t.RevokedAt != nil {
+			next.revoked[t.ID] = struct{}{}
+		}
+	}
+	for _, t := range tokens {
+		if _, revoked := next.revoked[t.ID]; revoked {
 			continue
 		}
 		p := newPrincipal(t)
@@ -230,7 +261,14 @@ func (a *authenticator) authenticate(r *http.Request) (*principal, *apiError) {
 		return nil, unauthorized("invalid_token", "invalid or revoked bearer token")
 	}
 	set := a.current(r.Context())
-	if set == nil || set.byID == nil {
+	if set != nil {
+		if _, revoked := set.revoked[id]; revoked {
+			return nil, unauthorized("invalid_token", "invalid or revoked bearer token")
+		}
+	}
+	// A copy older than maxStale might still hold a token revoked since:
+	// the store cannot tell, so neither 200 nor 401.
+	if set == nil || set.byID == nil || a.now().Sub(set.readAt) > a.maxStale {
 		return nil, &apiError{status: http.StatusServiceUnavailable, code: CodeUnavailable,
 			message: "tokens cannot be checked right now: the store cannot be reached; retry later", retryAfter: defaultRetryAfter}
 	}

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -303,12 +304,7 @@ func (f *failingTokens) ListTokens(context.Context) ([]allocator.Token, error) {
 // drop a good token), and the store is asked once per refresh interval,
 // not once per request.
 func TestAuth_TokensUnreadable(t *testing.T) {
-	m := allocator.NewMemStore()
-	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order"}); err != nil {
-		t.Fatal(err)
-	}
-	a := allocator.New(allocator.Config{Store: m, Logger: quiet()})
-	t.Cleanup(func() { a.Close(context.Background()) })
+	a := orderAllocator(t, allocator.NewMemStore())
 	tokens := &failingTokens{}
 	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(),
 		Auth: httpapi.AuthConfig{Tokens: tokens, IDs: httpapi.AuthToken, Refresh: time.Hour}})))
@@ -353,4 +349,97 @@ func TestAuth_Segments(t *testing.T) {
 	if n := refused(t, p.srv.URL, httpapi.CodeForbidden); n != 1 {
 		t.Fatalf("idmint_http_refused_total{code=forbidden} = %d, want 1", n)
 	}
+}
+
+// outageTokens is a token store an outage can take away, and whose rows a
+// test edits (a revocation, a lagging replica).
+type outageTokens struct {
+	mu     sync.Mutex // protects tokens and down
+	tokens []allocator.Token
+	down   bool
+}
+
+func (o *outageTokens) ListTokens(context.Context) ([]allocator.Token, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.down {
+		return nil, errors.New("token store unreachable")
+	}
+	return append([]allocator.Token(nil), o.tokens...), nil
+}
+
+// set replaces the rows and the outage state.
+func (o *outageTokens) set(down bool, tokens ...allocator.Token) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.down, o.tokens = down, tokens
+}
+
+// TestAuth_RevokedDuringOutage: a revocation takes effect within MaxStale
+// whatever happens to the token store. While the store cannot be read, the
+// copy of the tokens serves for MaxStale after the last successful read,
+// then every token gets 503 (the store cannot tell: not 401); a token once
+// seen revoked gets 401 for good, even when a later read (a lagging
+// replica) shows it unrevoked, and even during an outage.
+func TestAuth_RevokedDuringOutage(t *testing.T) {
+	a := orderAllocator(t, allocator.NewMemStore())
+	// The instance's clock stands still but for advance; it starts at the
+	// real time, as the request deadlines are taken from it.
+	var now atomic.Int64
+	now.Store(time.Now().UnixNano())
+	advance := func(d time.Duration) { now.Add(int64(d)) }
+	keep, keepBearer, _ := allocator.NewToken("keep", []string{"ids"})
+	gone, goneBearer, _ := allocator.NewToken("gone", []string{"ids"})
+	revoked := gone
+	at := time.Unix(0, now.Load())
+	revoked.RevokedAt = &at
+	store := &outageTokens{}
+	store.set(false, keep, gone)
+	const refresh, maxStale = time.Second, 10 * time.Second
+	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(),
+		Now:  func() time.Time { return time.Unix(0, now.Load()) },
+		Auth: httpapi.AuthConfig{Tokens: store, IDs: httpapi.AuthToken, Refresh: refresh, MaxStale: maxStale}})))
+	t.Cleanup(srv.Close)
+	expect := func(step, bearer string, want int) {
+		t.Helper()
+		s, hdr, body := do(t, srv, "GET", "/id?biz_tag=order", bearer, nil)
+		if s != want {
+			t.Fatalf("%s: %d %s, want %d", step, s, body, want)
+		}
+		if s == 503 && (hdr.Get("Retry-After") == "" || errorCode(t, body) != httpapi.CodeUnavailable) {
+			t.Fatalf("%s: a 503 without Retry-After or code %s: %s", step, httpapi.CodeUnavailable, body)
+		}
+	}
+	expect("store up", keepBearer, 200)
+	expect("store up", goneBearer, 200)
+
+	// "gone" is revoked, and the store goes away before this instance
+	// reads it again: the copy serves, up to MaxStale after its read.
+	store.set(true, keep, revoked)
+	advance(refresh + time.Millisecond)
+	expect("outage, within the bound", goneBearer, 200)
+	advance(maxStale - refresh - 2*time.Millisecond)
+	expect("outage, at the bound", keepBearer, 200)
+	advance(2 * time.Millisecond)
+	expect("outage, past the bound", keepBearer, 503)
+	expect("outage, past the bound", goneBearer, 503)
+
+	// The store is back: the revocation is seen.
+	store.set(false, keep, revoked)
+	advance(refresh)
+	expect("store back", keepBearer, 200)
+	expect("store back", goneBearer, 401)
+
+	// A lagging replica shows the token unrevoked: still refused.
+	store.set(false, keep, gone)
+	advance(refresh)
+	expect("lagging replica", keepBearer, 200)
+	expect("lagging replica", goneBearer, 401)
+
+	// Another outage, past the bound: the revoked token is known for what
+	// it is (401), the others cannot be checked (503).
+	store.set(true)
+	advance(maxStale + refresh)
+	expect("second outage", goneBearer, 401)
+	expect("second outage", keepBearer, 503)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/internal/redact"
 	"github.com/idmint/idmint/segment"
 )
 
@@ -96,12 +97,13 @@ type errorBody struct {
 }
 
 // writeError writes err as JSON. Server-side failures are logged with the
-// full error; the client gets the mapped message.
+// error, redacted (at most one line a second per code through the
+// server's logger: see failureLog); the client gets the mapped message.
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	ae := toAPIError(err)
 	if ae.status >= 500 {
-		log.Warn("request failed", "path", truncate(r.URL.Path, maxLogged), "query", truncate(r.URL.RawQuery, maxLogged),
-			"status", ae.status, "code", ae.code, "err", err, "request_id", middleware.GetReqID(r.Context()))
+		log.Warn(requestFailed, "path", truncate(r.URL.Path, maxLogged), "query", truncate(r.URL.RawQuery, maxLogged),
+			"status", ae.status, "code", ae.code, "err", redact.Error(err), "request_id", middleware.GetReqID(r.Context()))
 	}
 	if ae.challenge != "" {
 		w.Header().Set("WWW-Authenticate", ae.challenge)
@@ -111,6 +113,6 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
 	}
 	var body errorBody
-	body.Error.Code, body.Error.Message = ae.code, ae.message
+	body.Error.Code, body.Error.Message = ae.code, redact.String(ae.message)
 	writeJSON(w, ae.status, body)
 }

@@ -112,7 +112,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			// Known or not, it cannot be served now: report it as such.
-			st = segment.Stats{Tag: tag, LastError: err.Error()}
+			st = segment.Stats{Tag: tag, LastError: redact.Error(err)}
 		}
 		stats = []segment.Stats{st}
 	} else {

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -107,8 +108,12 @@ func TestServer_IDsRanges(t *testing.T) {
 func TestServer_RequestIDs(t *testing.T) {
 	a := orderAllocator(t, allocator.NewMemStore())
 	var logs testlog.Buffer
+	// A clock a second further at each reading, so that the failure lines,
+	// at most one a second per code, are all written.
+	base, ticks := time.Now(), atomic.Int64{}
 	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{
 		Allocator: a, AccessLog: true, Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+		Now: func() time.Time { return base.Add(time.Duration(ticks.Add(1)) * time.Second) },
 	})))
 	defer srv.Close()
 	a.Close(context.Background()) // every ID request now fails with a logged 503

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/internal/redact"
 )
 
 // ReplicationSource reports a database's streaming replication.
@@ -106,8 +108,8 @@ func (s *Server) replicationHealth(ctx context.Context) *ReplicationHealth {
 		InRecovery:              st.InRecovery,
 		ReplicasConnected:       st.Replicas,
 		WALStreamers:            st.Streamers,
-		Standbys:                st.Standbys,
-		HeldStandbys:            st.Held,
+		Standbys:                slices.Clone(st.Standbys),
+		HeldStandbys:            slices.Clone(st.Held),
 		HeldSeconds:             heldSeconds(st.Held, time.Now()),
 		SyncReplicas:            st.SyncReplicas,
 		ReplicasHidden:          st.Hidden,
@@ -121,7 +123,7 @@ func (s *Server) replicationHealth(ctx context.Context) *ReplicationHealth {
 		GrantsAtRisk:            st.AtRisk(),
 		GrantWaits:              st.Waits,
 		GrantWaitFailures:       st.WaitFailures,
-		LastWaitError:           st.LastWaitError,
+		LastWaitError:           redact.String(st.LastWaitError),
 		Warnings:                st.Warnings(),
 	}
 	if st.Waits > 0 {
@@ -135,6 +137,19 @@ func (s *Server) replicationHealth(ctx context.Context) *ReplicationHealth {
 	}
 	if h.HeldStandbys == nil {
 		h.HeldStandbys = []allocator.HeldStandby{}
+	}
+	// A standby without a slot is named by its client address: health is
+	// readable by anyone unless monitoring is protected, so names go
+	// through the redactor too (GET /v1/standbys, an admin route, shows them
+	// whole).
+	for i, w := range h.Warnings {
+		h.Warnings[i] = redact.String(w)
+	}
+	for i := range h.Standbys {
+		h.Standbys[i].Name = redact.String(h.Standbys[i].Name)
+	}
+	for i := range h.HeldStandbys {
+		h.HeldStandbys[i].Name = redact.String(h.HeldStandbys[i].Name)
 	}
 	return h
 }

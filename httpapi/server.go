@@ -103,6 +103,8 @@ func NewServer(cfg Config) *Server {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	// 5xx lines at most once a second per code (failureLog).
+	cfg.Logger = slog.New(newFailureLog(cfg.Logger.Handler(), cfg.Now))
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/idmint/idmint/internal/redact"
 	"github.com/idmint/idmint/snowflake"
 )
 
@@ -210,7 +211,7 @@ func snowflakeHealth(st snowflake.Stats) SnowflakeHealth {
 		h.WindowEnd = &end
 	}
 	if st.LastError != nil {
-		h.LastError = st.LastError.Error()
+		h.LastError = redact.Error(st.LastError)
 	}
 	return h
 }

@@ -322,9 +322,9 @@ func (l *logConfig) logger(w io.Writer) (*slog.Logger, error) {
 	}
 	switch format {
 	case "json":
-		return slog.New(redacting{slog.NewJSONHandler(w, opts)}), nil
+		return slog.New(redacting(slog.NewJSONHandler(w, opts))), nil
 	case "text":
-		return slog.New(redacting{slog.NewTextHandler(w, opts)}), nil
+		return slog.New(redacting(slog.NewTextHandler(w, opts))), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want auto, json or text", l.format)
 }
