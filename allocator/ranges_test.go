@@ -80,6 +80,15 @@ func TestAllocator_GrantRange(t *testing.T) {
 			func() error { _, _, err := grant("order", -1, uuid.Must(uuid.NewV7())); return err }(),
 			func() error { _, _, err := grant("no such", 0, uuid.Must(uuid.NewV7())); return err }(),
 			func() error { _, err := a.ReturnRange(ctx, rid, h, "order", 5, 4); return err }(),
+			func() error {
+				_, _, err := a.GrantRange(ctx, allocator.RangeRequest{ID: uuid.Must(uuid.NewV7()), Tag: "order"}) // no holder
+				return err
+			}(),
+			func() error {
+				_, _, err := a.GrantRange(ctx, allocator.RangeRequest{ID: uuid.Must(uuid.NewV7()), Tag: "order", Holder: h, Floor: -1})
+				return err
+			}(),
+			func() error { _, err := a.ReturnRange(ctx, rid, allocator.Holder{}, "order", 150, 200); return err }(),
 		} {
 			if err == nil {
 				t.Error("accepted")
