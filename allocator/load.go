@@ -35,6 +35,9 @@ const maxPending = 8
 //   - ErrUnknownTag, ErrExhausted: final, nothing committed;
 //   - ErrAmbiguous (reply lost): look the request up first, then retry it;
 //   - ErrNotReplicated (granted, standbys not confirmed): the same;
+//   - a lookup that finds the range partly given back serves what the
+//     request kept; one given back in full settles it (ErrGivenBack), and
+//     the load goes on with a new request;
 //   - any other error: nothing committed; retry.
 //
 // A range found by lookup at or below what the tag was granted since is a
@@ -67,9 +70,13 @@ func (a *Allocator) load(ctx context.Context, tag string, size int64) (segment.G
 		if uncertain || granted {
 			seg, err := a.lookup(ctx, req.ID)
 			switch {
-			case err == nil && a.settledGap(tag, seg):
-				log.Warn("ABANDONED ids: granted to a request whose reply was lost, and found only after the tag was granted more; never handed out (a gap)",
-					"first", seg.First, "last", seg.Last, "count", seg.Last-seg.First+1)
+			case errors.Is(err, ErrGivenBack), err == nil && a.settledGap(tag, seg):
+				if err != nil {
+					log.Warn("request settled: its whole range was given back; the load goes on with a new request", "first", seg.First)
+				} else {
+					log.Warn("ABANDONED ids: granted to a request whose reply was lost, and found only after the tag was granted more; never handed out (a gap)",
+						"first", seg.First, "last", seg.Last, "count", seg.Last-seg.First+1)
+				}
 				if p, uncertain, err = a.request(tag, size, a.cfg.Now()); err != nil {
 					return segment.Grant{}, err
 				}

@@ -23,8 +23,9 @@ type MemStore struct {
 	mu       sync.Mutex // protects tags, requests and returned
 	tags     map[string]*Tag
 	requests map[uuid.UUID]Segment
-	// returned holds where the give-back of a caller's range started
-	// (GiveBackRange), by request ID.
+	// returned holds where the give-back of a request's range started
+	// (GiveBackRange, GiveBack), by request ID: the request keeps
+	// [First, returned - 1], as the returned_from column of Postgres.
 	returned map[uuid.UUID]int64
 	// tokens holds the bearer tokens (TokenStore).
 	tokens []Token
@@ -140,12 +141,13 @@ func (m *MemStore) Allocate(ctx context.Context, req Request) (Segment, error) {
 		return Segment{}, fmt.Errorf("%w: %q", ErrUnknownTag, req.Tag)
 	}
 	size := bounds(req.Size, t.Step, t.MaxStep)
-	base := max(t.MaxID, req.Floor) // a max_id below the floor is raised to it
+	floor := FloorOf(t.MaxID, req)
+	base := max(t.MaxID, floor) // a max_id below the floor is raised to it
 	if base > math.MaxInt64-size {
 		return Segment{}, fmt.Errorf("%w: %q at %d", ErrExhausted, req.Tag, base)
 	}
 	seg := Segment{RequestID: req.ID, Tag: req.Tag, First: base + 1, Last: base + size, Step: t.Step, MaxStep: t.MaxStep,
-		Repaired: t.MaxID < req.Floor, FoundMaxID: t.MaxID}
+		Repaired: t.MaxID < floor, FoundMaxID: t.MaxID, Holder: req.Holder}
 	t.MaxID = seg.Last
 	m.requests[req.ID] = seg
 	return seg, nil
@@ -168,6 +170,20 @@ func (m *MemStore) GiveBack(ctx context.Context, tag string, first, last int64) 
 		return false, nil
 	}
 	t.MaxID = first - 1
+	// As in Postgres: the requests whose kept part reaches into [first,
+	// last] keep only what lies below first.
+	for rid, seg := range m.requests {
+		kept := seg.Last
+		if from, ok := m.returned[rid]; ok {
+			kept = from - 1
+		}
+		if seg.Tag == tag && seg.First <= last && kept >= first {
+			if m.returned == nil {
+				m.returned = map[uuid.UUID]int64{}
+			}
+			m.returned[rid] = max(seg.First, first)
+		}
+	}
 	return true, nil
 }
 
@@ -183,6 +199,12 @@ func (m *MemStore) Lookup(ctx context.Context, id uuid.UUID) (Segment, error) {
 		return Segment{}, ErrNotFound
 	}
 	seg.Repaired, seg.FoundMaxID = false, 0 // as a segment log row: no repair recorded
+	if from, ok := m.returned[id]; ok {
+		seg.Last = from - 1 // a give-back took the rest
+	}
+	if seg.Last < seg.First {
+		return seg, fmt.Errorf("%w: request %s (%q from %d)", ErrGivenBack, id, seg.Tag, seg.First)
+	}
 	return seg, nil
 }
 

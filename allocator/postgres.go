@@ -113,8 +113,9 @@ func (p *Postgres) Close() { p.pool.Close() }
 // A max_id below the instance's floor ($6) went back in time (a restored
 // backup, a failover to a lagging replica): it is raised to the floor and the
 // segment granted above it, so that the instance serves again and nobody is
-// granted after it the IDs it was granted before. GREATEST never lowers
-// max_id. The row is read FOR UPDATE, so that the max_id found (to report the
+// granted after it the IDs it was granted before. A caller's claimed floor
+// ($7) counts too, bounded to $8 (MaxClaimedLead) above the max_id found, as
+// FloorOf does. GREATEST never lowers max_id. The row is read FOR UPDATE, so that the max_id found (to report the
 // repair) is the one the update moves, even when a concurrent allocation
 // changed it meanwhile.
 //
@@ -130,21 +131,23 @@ WITH durable AS (
     SELECT set_config('synchronous_commit', 'on', true) AS synchronous_commit
 ), wanted AS (
     SELECT t.biz_tag, t.max_id AS found,
-           GREATEST(t.step, LEAST($2::bigint, COALESCE(t.max_step, $5::bigint)))::bigint AS size
+           GREATEST(t.step, LEAST($2::bigint, COALESCE(t.max_step, $5::bigint)))::bigint AS size,
+           GREATEST($6::bigint, CASE WHEN $7::bigint - t.max_id > $8::bigint THEN t.max_id + $8::bigint
+                                     ELSE $7::bigint END) AS floor
     FROM idmint_tags t, durable WHERE t.biz_tag = $1
     FOR UPDATE OF t
 ), bumped AS (
     UPDATE idmint_tags t
-    SET max_id = GREATEST(t.max_id, $6::bigint) + w.size, updated_at = now()
+    SET max_id = GREATEST(t.max_id, w.floor) + w.size, updated_at = now()
     FROM wanted w
-    WHERE t.biz_tag = w.biz_tag AND GREATEST(t.max_id, $6::bigint) <= 9223372036854775807 - w.size
-    RETURNING t.biz_tag, t.max_id - w.size + 1 AS first_id, t.max_id AS last_id, t.step, t.max_step, w.found
+    WHERE t.biz_tag = w.biz_tag AND GREATEST(t.max_id, w.floor) <= 9223372036854775807 - w.size
+    RETURNING t.biz_tag, t.max_id - w.size + 1 AS first_id, t.max_id AS last_id, t.step, t.max_step, w.found, w.floor
 ), logged AS (
-    INSERT INTO idmint_segments (request_id, biz_tag, first_id, last_id, instance)
-    SELECT $3, biz_tag, first_id, last_id, $4 FROM bumped
+    INSERT INTO idmint_segments (request_id, biz_tag, first_id, last_id, instance, principal, holder_hash)
+    SELECT $3, biz_tag, first_id, last_id, $4, $9, $10 FROM bumped
     RETURNING request_id
 )
-SELECT b.first_id, b.last_id, b.step, COALESCE(b.max_step, 0), b.found
+SELECT b.first_id, b.last_id, b.step, COALESCE(b.max_step, 0), b.found, b.floor
 FROM bumped b, logged`
 
 // Allocate implements Store. Once the grant commits, it waits until the
@@ -169,16 +172,19 @@ func (p *Postgres) Allocate(ctx context.Context, req Request) (Segment, error) {
 
 // allocate runs the allocation statement on conn.
 func (p *Postgres) allocate(ctx context.Context, conn querier, req Request) (Segment, error) {
-	seg := Segment{RequestID: req.ID, Tag: req.Tag}
-	err := conn.QueryRow(ctx, allocateSQL, req.Tag, req.Size, req.ID, req.Instance, int64(segment.DefaultMaxStep), req.Floor).
-		Scan(&seg.First, &seg.Last, &seg.Step, &seg.MaxStep, &seg.FoundMaxID)
+	seg := Segment{RequestID: req.ID, Tag: req.Tag, Holder: req.Holder}
+	principal, hash := holderArgs(req.Holder)
+	var floor int64
+	err := conn.QueryRow(ctx, allocateSQL, req.Tag, req.Size, req.ID, req.Instance, int64(segment.DefaultMaxStep),
+		req.Floor, req.ClaimedFloor, int64(MaxClaimedLead), principal, hash).
+		Scan(&seg.First, &seg.Last, &seg.Step, &seg.MaxStep, &seg.FoundMaxID, &floor)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Segment{}, p.whyNoRow(ctx, req.Tag, req.Floor)
 	}
 	if err != nil {
 		return Segment{}, classify("allocate", err)
 	}
-	seg.Repaired = seg.FoundMaxID < req.Floor
+	seg.Repaired = seg.FoundMaxID < floor
 	return seg, nil
 }
 
@@ -227,6 +233,14 @@ func (p *Postgres) GiveBack(ctx context.Context, tag string, first, last int64) 
 	return n == 1, nil
 }
 
+// lookupSQL reads a request's log row: what it kept (a give-back ends it at
+// returned_from - 1, before first_id when it gave back all) and its holder.
+const lookupSQL = `
+SELECT s.biz_tag, s.first_id, COALESCE(s.returned_from - 1, s.last_id), t.step, COALESCE(t.max_step, 0),
+       s.principal, s.holder_hash
+FROM idmint_segments s JOIN idmint_tags t USING (biz_tag)
+WHERE s.request_id = $1`
+
 // Lookup implements Store. A segment found is confirmed on the standbys
 // like a new grant (see Allocate) before it is returned.
 func (p *Postgres) Lookup(ctx context.Context, id uuid.UUID) (Segment, error) {
@@ -236,15 +250,23 @@ func (p *Postgres) Lookup(ctx context.Context, id uuid.UUID) (Segment, error) {
 	}
 	defer conn.Release()
 	seg := Segment{RequestID: id}
-	err = conn.QueryRow(ctx, `
-SELECT s.biz_tag, s.first_id, s.last_id, t.step, COALESCE(t.max_step, 0)
-FROM idmint_segments s JOIN idmint_tags t USING (biz_tag)
-WHERE s.request_id = $1`, id).Scan(&seg.Tag, &seg.First, &seg.Last, &seg.Step, &seg.MaxStep)
+	var (
+		principal *string
+		hash      []byte
+	)
+	err = conn.QueryRow(ctx, lookupSQL, id).Scan(&seg.Tag, &seg.First, &seg.Last, &seg.Step, &seg.MaxStep, &principal, &hash)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Segment{}, ErrNotFound
 	}
 	if err != nil {
 		return Segment{}, fmt.Errorf("lookup request %s: %w", id, err)
+	}
+	if seg.Holder, err = scanHolder(principal, hash); err != nil {
+		return Segment{}, fmt.Errorf("lookup request %s: %w", id, err)
+	}
+	if seg.Last < seg.First {
+		// Its tag and holder, for the caller to tell who asks.
+		return seg, fmt.Errorf("%w: request %s (%q from %d)", ErrGivenBack, id, seg.Tag, seg.First)
 	}
 	// The row is visible, so its commit is at or before the WAL written
 	// now: confirm it like a new grant.

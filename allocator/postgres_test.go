@@ -121,8 +121,20 @@ func TestMigrations(t *testing.T) {
 func TestPostgres_Contract(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Store {
 		store, _ := openPostgres(t)
-		return store
+		return restorablePG{store, t}
 	})
+}
+
+// restorablePG gives a Postgres store the contract's MaxIDSetter.
+type restorablePG struct {
+	*allocator.Postgres
+	tb testing.TB
+}
+
+func (r restorablePG) SetMaxID(name string, maxID int64) {
+	if _, err := r.Pool().Exec(context.Background(), `UPDATE idmint_tags SET max_id = $1 WHERE biz_tag = $2`, maxID, name); err != nil {
+		r.tb.Fatal(err)
+	}
 }
 
 // TestPostgres_RetryWhileInFlight holds the tag's row lock so the original

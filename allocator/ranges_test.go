@@ -26,15 +26,19 @@ func TestAllocator_GrantRange(t *testing.T) {
 		t.Fatalf("Next = %d, %v", id, err)
 	}
 	rid := uuid.Must(uuid.NewV7())
-	seg, recovered, err := a.GrantRange(ctx, "order", 100, rid)
+	h := allocator.NewHolder("anonymous", "key")
+	grant := func(tag string, size int64, id uuid.UUID) (allocator.Segment, bool, error) {
+		return a.GrantRange(ctx, allocator.RangeRequest{ID: id, Tag: tag, Size: size, Holder: h})
+	}
+	seg, recovered, err := grant("order", 100, rid)
 	if err != nil || recovered || seg.First != 101 || seg.Last != 200 {
 		t.Fatalf("GrantRange = %+v, %v, %v; want [101, 200]", seg, recovered, err)
 	}
-	again, recovered, err := a.GrantRange(ctx, "order", 500, rid)
+	again, recovered, err := grant("order", 500, rid)
 	if err != nil || !recovered || again.First != seg.First || again.Last != seg.Last || again.RequestID != rid {
 		t.Fatalf("retry = %+v, %v, %v; want %+v again", again, recovered, err, seg)
 	}
-	if ok, err := a.ReturnRange(ctx, rid, "order", 150, 200); err != nil || !ok {
+	if ok, err := a.ReturnRange(ctx, rid, h, "order", 150, 200); err != nil || !ok {
 		t.Fatalf("ReturnRange = %v, %v", ok, err)
 	}
 	// The instance serves its own range, then the next one from 150 up:
@@ -55,7 +59,7 @@ func TestAllocator_GrantRange(t *testing.T) {
 	}
 
 	t.Run("a request ID is one tag's", func(t *testing.T) {
-		if _, _, err := a.GrantRange(ctx, "user", 0, rid); !errors.Is(err, allocator.ErrRequestConflict) {
+		if _, _, err := grant("user", 0, rid); !errors.Is(err, allocator.ErrRequestConflict) {
 			t.Fatalf("err = %v", err)
 		}
 	})
@@ -65,17 +69,26 @@ func TestAllocator_GrantRange(t *testing.T) {
 			t.Fatal(err)
 		}
 		m.SetMaxID("order", 50)
-		seg, _, err := a.GrantRange(ctx, "order", 0, uuid.Must(uuid.NewV7()))
+		seg, _, err := grant("order", 0, uuid.Must(uuid.NewV7()))
 		if err != nil || !seg.Repaired || seg.First <= st.Highest {
 			t.Fatalf("GrantRange = %+v, %v; want a repaired range above %d", seg, err, st.Highest)
 		}
 	})
 	t.Run("bad input", func(t *testing.T) {
 		for _, err := range []error{
-			func() error { _, _, err := a.GrantRange(ctx, "order", 0, uuid.Nil); return err }(),
-			func() error { _, _, err := a.GrantRange(ctx, "order", -1, uuid.Must(uuid.NewV7())); return err }(),
-			func() error { _, _, err := a.GrantRange(ctx, "no such", 0, uuid.Must(uuid.NewV7())); return err }(),
-			func() error { _, err := a.ReturnRange(ctx, rid, "order", 5, 4); return err }(),
+			func() error { _, _, err := grant("order", 0, uuid.Nil); return err }(),
+			func() error { _, _, err := grant("order", -1, uuid.Must(uuid.NewV7())); return err }(),
+			func() error { _, _, err := grant("no such", 0, uuid.Must(uuid.NewV7())); return err }(),
+			func() error { _, err := a.ReturnRange(ctx, rid, h, "order", 5, 4); return err }(),
+			func() error {
+				_, _, err := a.GrantRange(ctx, allocator.RangeRequest{ID: uuid.Must(uuid.NewV7()), Tag: "order"}) // no holder
+				return err
+			}(),
+			func() error {
+				_, _, err := a.GrantRange(ctx, allocator.RangeRequest{ID: uuid.Must(uuid.NewV7()), Tag: "order", Holder: h, Floor: -1})
+				return err
+			}(),
+			func() error { _, err := a.ReturnRange(ctx, rid, allocator.Holder{}, "order", 150, 200); return err }(),
 		} {
 			if err == nil {
 				t.Error("accepted")
@@ -84,7 +97,7 @@ func TestAllocator_GrantRange(t *testing.T) {
 	})
 	t.Run("closed", func(t *testing.T) {
 		a.Close(ctx)
-		if _, _, err := a.GrantRange(ctx, "order", 0, uuid.Must(uuid.NewV7())); !errors.Is(err, allocator.ErrClosed) {
+		if _, _, err := grant("order", 0, uuid.Must(uuid.NewV7())); !errors.Is(err, allocator.ErrClosed) {
 			t.Fatalf("err = %v", err)
 		}
 	})

@@ -99,19 +99,22 @@ func (s *SQLite) Allocate(ctx context.Context, req Request) (Segment, error) {
 			return err
 		}
 		size := bounds(req.Size, seg.Step, seg.MaxStep)
-		// A max_id below the instance's floor went back in time: raise it
-		// to the floor, in this transaction, and grant above.
-		base := max(maxID, req.Floor)
+		// A max_id below the instance's floor (or a caller's, bounded)
+		// went back in time: raise it to the floor, in this transaction,
+		// and grant above.
+		floor := FloorOf(maxID, req)
+		base := max(maxID, floor)
 		if base > math.MaxInt64-size {
 			return fmt.Errorf("%w: %q at max_id %d", ErrExhausted, req.Tag, base)
 		}
 		seg.First, seg.Last = base+1, base+size
-		seg.Repaired, seg.FoundMaxID = maxID < req.Floor, maxID
+		seg.Repaired, seg.FoundMaxID, seg.Holder = maxID < floor, maxID, req.Holder
 		if _, err := tx.ExecContext(ctx, `UPDATE idmint_tags SET max_id = ?, updated_at = `+nowSQL+` WHERE biz_tag = ?`, seg.Last, req.Tag); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO idmint_segments (request_id, biz_tag, first_id, last_id, instance) VALUES (?, ?, ?, ?, ?)`,
-			req.ID.String(), req.Tag, seg.First, seg.Last, req.Instance)
+		principal, hash := holderArgs(req.Holder)
+		_, err = tx.ExecContext(ctx, `INSERT INTO idmint_segments (request_id, biz_tag, first_id, last_id, instance, principal, holder_hash) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			req.ID.String(), req.Tag, seg.First, seg.Last, req.Instance, principal, hash)
 		if isConstraint(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
 			return ErrAlreadyGranted
 		}
@@ -154,15 +157,26 @@ WHERE biz_tag = ? AND first_id <= ? AND COALESCE(returned_from - 1, last_id) >= 
 // Lookup implements Store.
 func (s *SQLite) Lookup(ctx context.Context, id uuid.UUID) (Segment, error) {
 	seg := Segment{RequestID: id}
+	var (
+		principal *string
+		hash      []byte
+	)
 	err := s.db.QueryRowContext(ctx, `
-SELECT s.biz_tag, s.first_id, s.last_id, t.step, COALESCE(t.max_step, 0)
+SELECT s.biz_tag, s.first_id, COALESCE(s.returned_from - 1, s.last_id), t.step, COALESCE(t.max_step, 0),
+       s.principal, s.holder_hash
 FROM idmint_segments s JOIN idmint_tags t USING (biz_tag)
-WHERE s.request_id = ?`, id.String()).Scan(&seg.Tag, &seg.First, &seg.Last, &seg.Step, &seg.MaxStep)
+WHERE s.request_id = ?`, id.String()).Scan(&seg.Tag, &seg.First, &seg.Last, &seg.Step, &seg.MaxStep, &principal, &hash)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Segment{}, ErrNotFound
 	}
+	if err == nil {
+		seg.Holder, err = scanHolder(principal, hash)
+	}
 	if err != nil {
 		return Segment{}, fmt.Errorf("lookup request %s: %w", id, err)
+	}
+	if seg.Last < seg.First {
+		return seg, fmt.Errorf("%w: request %s (%q from %d)", ErrGivenBack, id, seg.Tag, seg.First)
 	}
 	return seg, nil
 }

@@ -32,7 +32,19 @@ func openSQLite(tb testing.TB, path string) *allocator.SQLite {
 func tempDB(tb testing.TB) string { return filepath.Join(tb.TempDir(), "idmint.db") }
 
 func TestSQLite_Contract(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) storetest.Store { return openSQLite(t, tempDB(t)) })
+	storetest.Run(t, func(t *testing.T) storetest.Store { return restorable{openSQLite(t, tempDB(t)), t} })
+}
+
+// restorable gives a SQLite store the contract's MaxIDSetter.
+type restorable struct {
+	*allocator.SQLite
+	tb testing.TB
+}
+
+func (r restorable) SetMaxID(name string, maxID int64) {
+	if _, err := r.DB().Exec(`UPDATE idmint_tags SET max_id = ? WHERE biz_tag = ?`, maxID, name); err != nil {
+		r.tb.Fatal(err)
+	}
 }
 
 func TestSQLite_Migrations(t *testing.T) {

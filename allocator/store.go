@@ -2,6 +2,8 @@ package allocator
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"regexp"
@@ -51,6 +53,13 @@ var (
 	// not be confirmed on the standbys a ReplicationConfig requires: it
 	// must not be served yet. Look it up later (the lookup confirms again).
 	ErrNotReplicated = errors.New("grant not confirmed on the required standbys")
+	// ErrNotHolder means a request ID was granted to another caller (or to
+	// an instance): a retried grant or a give-back must come from the
+	// principal that made the request, with the same holder key.
+	ErrNotHolder = errors.New("request_id belongs to another caller")
+	// ErrGivenBack is returned by Store.Lookup for a request whose whole
+	// range was given back: it keeps nothing.
+	ErrGivenBack = errors.New("range given back in full: the request keeps no ids")
 )
 
 // Store is the source of truth for tags' high-water marks.
@@ -62,7 +71,11 @@ type Store interface {
 	// was granted before, ErrUnknownTag, ErrExhausted, or an error wrapping
 	// ErrAmbiguous when it cannot tell whether the allocation committed.
 	Allocate(ctx context.Context, req Request) (Segment, error)
-	// Lookup returns the segment granted to a request ID, or ErrNotFound.
+	// Lookup returns the segment granted to a request ID, with its Holder,
+	// or ErrNotFound. A segment whose tail was given back is returned
+	// without it ([First, returned_from - 1]); one given back in full is
+	// ErrGivenBack, returned with the segment's RequestID, Tag, First and
+	// Holder (Last is then First - 1).
 	Lookup(ctx context.Context, id uuid.UUID) (Segment, error)
 	// Ping reports whether the store can be reached.
 	Ping(ctx context.Context) error
@@ -80,6 +93,67 @@ type Request struct {
 	// the segment above, in the same atomic step, so that the instance
 	// serves again and nobody is granted its lost IDs after it.
 	Floor int64
+	// ClaimedFloor is a floor a caller claims (the highest ID a client was
+	// granted for the tag), untrusted: it raises max_id as Floor does, but
+	// to at most MaxClaimedLead above the max_id found (see FloorOf), so
+	// that a caller can cost the tag a bounded gap, never its ID space.
+	ClaimedFloor int64
+	// Holder is who holds a caller's range, recorded in the segment log;
+	// the zero Holder (an instance's own segments) is held by no caller.
+	Holder Holder
+}
+
+// MaxClaimedLead bounds how far above the tag's max_id a Request's
+// ClaimedFloor may raise it in one grant: 2^32. A rollback that lost more
+// than that of a client's grants takes that client several grants to repair
+// (each refused range raises max_id by the lead again); a caller lying about
+// its floor costs the tag at most that gap per grant, so exhausting 2^63 IDs
+// would take 2^31 grants.
+const MaxClaimedLead = 1 << 32
+
+// FloorOf returns the floor a store raises max_id to for req, given the
+// max_id found: req.Floor, or req.ClaimedFloor bounded to MaxClaimedLead
+// above maxID, whichever is higher.
+func FloorOf(maxID int64, req Request) int64 {
+	claimed := req.ClaimedFloor
+	if claimed-maxID > MaxClaimedLead { // both >= 0: no overflow
+		claimed = maxID + MaxClaimedLead
+	}
+	return max(req.Floor, claimed)
+}
+
+// Holder is who holds a caller's range: the principal that asked for it
+// (a bearer token's ID, or "anonymous" in the open mode) and the SHA-256
+// of the secret holder key the caller chose with its request ID. The key
+// itself is never kept.
+type Holder struct {
+	Principal string
+	KeyHash   [sha256.Size]byte
+}
+
+// NewHolder returns the Holder of principal with the holder key key.
+func NewHolder(principal, key string) Holder {
+	return Holder{Principal: principal, KeyHash: sha256.Sum256([]byte(key))}
+}
+
+// IsZero reports whether h is nobody's: an instance's own segment.
+func (h Holder) IsZero() bool { return h == Holder{} }
+
+// Matches reports whether o is h, and h is somebody's: the zero Holder
+// matches nothing, not even itself. The hashes compare in constant time.
+func (h Holder) Matches(o Holder) bool {
+	if h.IsZero() || o.IsZero() {
+		return false
+	}
+	return subtle.ConstantTimeCompare(h.KeyHash[:], o.KeyHash[:]) == 1 && h.Principal == o.Principal
+}
+
+// String never shows the hash: a Holder may end up in a log line.
+func (h Holder) String() string {
+	if h.IsZero() {
+		return "instance"
+	}
+	return "holder of " + h.Principal
 }
 
 // Returner is implemented by stores that can take back the unused tail of a
@@ -106,6 +180,9 @@ type Segment struct {
 	// them.
 	Repaired   bool
 	FoundMaxID int64
+	// Holder holds the segment: the request's (Allocate), the log's
+	// (Lookup); zero for an instance's own.
+	Holder Holder
 }
 
 // Tag describes one tag's row.

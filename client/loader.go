@@ -3,6 +3,8 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -64,14 +66,27 @@ type tagLoads struct {
 	highest int64
 }
 
+// rangeRequest is one range request: its request ID, an idempotency key
+// that instances log, and its holder key, a secret that proves the range is
+// this client's on a retry and at the give-back; the two are chosen
+// together before the first attempt and sent again on every retry.
 type rangeRequest struct {
 	id   uuid.UUID
+	key  string
 	size int64
 }
 
 type grantedRange struct {
-	id   uuid.UUID
+	req  rangeRequest
 	last int64
+}
+
+// newHolderKey returns a fresh holder key: 32 random bytes in unpadded
+// base64url.
+func newHolderKey() string {
+	var b [32]byte
+	rand.Read(b[:]) // never fails (crypto/rand)
+	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
 // keptGrants bounds tagLoads.grants: a buffer holds at most its current,
@@ -91,7 +106,7 @@ func (t *tagLoads) request(size int64) (rangeRequest, bool, error) {
 	if err != nil {
 		return rangeRequest{}, false, fmt.Errorf("new request id: %w", err)
 	}
-	return rangeRequest{id: id, size: size}, false, nil
+	return rangeRequest{id: id, key: newHolderKey(), size: size}, false, nil
 }
 
 // keep makes req the one the next load resumes. If another load left its
@@ -104,26 +119,26 @@ func (t *tagLoads) keep(req rangeRequest) {
 	}
 }
 
-func (t *tagLoads) granted(id uuid.UUID, r segment.Range) {
+func (t *tagLoads) granted(req rangeRequest, r segment.Range) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.grants = append(t.grants, grantedRange{id: id, last: r.Last})
+	t.grants = append(t.grants, grantedRange{req: req, last: r.Last})
 	if len(t.grants) > keptGrants {
 		t.grants = t.grants[len(t.grants)-keptGrants:]
 	}
 	t.highest = max(t.highest, r.Last)
 }
 
-// requestOf returns the request ID of the range that ends at last.
-func (t *tagLoads) requestOf(last int64) (uuid.UUID, bool) {
+// requestOf returns the request of the range that ends at last.
+func (t *tagLoads) requestOf(last int64) (rangeRequest, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, g := range t.grants {
 		if g.last == last {
-			return g.id, true
+			return g.req, true
 		}
 	}
-	return uuid.Nil, false
+	return rangeRequest{}, false
 }
 
 func (t *tagLoads) highestGranted() int64 {
@@ -152,11 +167,11 @@ func (c *Client) load(ctx context.Context, tl *tagLoads, size int64) (segment.Gr
 				return segment.Grant{}, fmt.Errorf("request %s unanswered (%w): %w", req.id, ctx.Err(), lastErr)
 			}
 		}
-		g, err := c.round(ctx, tl.tag, req)
+		g, err := c.round(ctx, tl.tag, req, tl.highestGranted())
 		var refused *APIError
 		switch {
 		case err == nil:
-			tl.granted(req.id, g.Range)
+			tl.granted(req, g.Range)
 			if g.Recovered {
 				c.cfg.Logger.Warn("RECOVERED range by request id after a lost reply",
 					"biz_tag", tl.tag, "request_id", req.id, "first", g.First, "last", g.Last)
@@ -175,14 +190,16 @@ func (c *Client) load(ctx context.Context, tl *tagLoads, size int64) (segment.Gr
 }
 
 // round sends req to every instance once, starting with the one that
-// answered last, and returns the first answer.
-func (c *Client) round(ctx context.Context, tag string, req rangeRequest) (segment.Grant, error) {
+// answered last, and returns the first answer. floor is the highest ID the
+// client was granted for the tag: a database that went back in time below
+// it is raised to it, so that the range granted is one the buffer serves.
+func (c *Client) round(ctx context.Context, tag string, req rangeRequest, floor int64) (segment.Grant, error) {
 	n := len(c.urls)
 	start := int(c.preferred.Load())
 	var errs []error
 	for i := range n {
 		u := (start + i) % n
-		g, err := c.grant(ctx, c.urls[u], tag, req)
+		g, err := c.grant(ctx, c.urls[u], tag, req, floor)
 		var refused *APIError
 		if err == nil || (errors.As(err, &refused) && refused.settled()) {
 			c.preferred.Store(int64(u))
@@ -200,6 +217,8 @@ type grantBody struct {
 	Tag       string `json:"biz_tag"`
 	Size      int64  `json:"size"`
 	RequestID string `json:"request_id"`
+	HolderKey string `json:"holder_key"`
+	Floor     int64  `json:"floor,string,omitempty"`
 }
 
 type grantReply struct {
@@ -213,14 +232,14 @@ type grantReply struct {
 }
 
 // grant sends one range request to the instance at base.
-func (c *Client) grant(ctx context.Context, base, tag string, req rangeRequest) (segment.Grant, error) {
+func (c *Client) grant(ctx context.Context, base, tag string, req rangeRequest, floor int64) (segment.Grant, error) {
 	c.requests.Add(1)
 	var reply grantReply
 	// The request is idempotent by its request ID; saying so lets the
 	// transport resend it by itself when a kept-alive connection turns out
-	// dead.
-	err := c.post(ctx, base+"/v1/segments", grantBody{Tag: tag, Size: req.size, RequestID: req.id.String()}, &reply,
-		"Idempotency-Key", req.id.String())
+	// dead. The holder key goes in the body only, never in a header.
+	body := grantBody{Tag: tag, Size: req.size, RequestID: req.id.String(), HolderKey: req.key, Floor: floor}
+	err := c.post(ctx, base+"/v1/segments", body, &reply, "Idempotency-Key", req.id.String())
 	if err != nil {
 		return segment.Grant{}, err
 	}
@@ -240,6 +259,7 @@ func (c *Client) grant(ctx context.Context, base, tag string, req rangeRequest) 
 type giveBackBody struct {
 	Tag       string `json:"biz_tag"`
 	RequestID string `json:"request_id"`
+	HolderKey string `json:"holder_key"`
 	First     int64  `json:"first,string"`
 	Last      int64  `json:"last,string"`
 }
@@ -248,12 +268,12 @@ type giveBackReply struct {
 	GivenBack bool `json:"given_back"`
 }
 
-// giveBack returns r, the unused tail of request id's range. It moves on to
-// the next instance only when the request certainly did not reach the
-// last one (no connection, or an instance shutting down): a give-back that
-// may have been applied is never sent twice.
-func (c *Client) giveBack(ctx context.Context, tag string, id uuid.UUID, r segment.Range) (bool, error) {
-	body := giveBackBody{Tag: tag, RequestID: id.String(), First: r.First, Last: r.Last}
+// giveBack returns r, the unused tail of req's range, with req's holder
+// key. It moves on to the next instance only when the request certainly did
+// not reach the last one (no connection, or an instance shutting down): a
+// give-back that may have been applied is never sent twice.
+func (c *Client) giveBack(ctx context.Context, tag string, req rangeRequest, r segment.Range) (bool, error) {
+	body := giveBackBody{Tag: tag, RequestID: req.id.String(), HolderKey: req.key, First: r.First, Last: r.Last}
 	n := len(c.urls)
 	start := int(c.preferred.Load())
 	var errs []error

@@ -19,8 +19,9 @@ import (
 // AuthMode says who may ask for IDs.
 type AuthMode string
 
-// The modes of the ID routes (/id, /ids and any route wrapped in IDAccess).
-// The admin routes (/v1/) always need a token with the admin scope.
+// The modes of the ID routes (/id, /ids, the range routes /v1/segments and
+// any route wrapped in IDAccess). The admin routes (the rest of /v1/) always
+// need a token with the admin scope.
 const (
 	// AuthOpen serves IDs to anyone who reaches the port (the default);
 	// per-address rate limits apply if configured.

@@ -332,8 +332,10 @@ func TestAuth_Segments(t *testing.T) {
 	}
 	p := newTokenInstance(t, store, httpapi.AuthConfig{IDs: httpapi.AuthToken}, httpapi.Limits{})
 	_, order := token(t, store, "order-only", "ids:order")
+	_, other := token(t, store, "another", "ids:order")
 	body := func(tag string) map[string]any {
-		return map[string]any{"biz_tag": tag, "request_id": "0197a3b2-7c4d-7e5f-8a9b-0c1d2e3f4a5b", "size": 10}
+		return map[string]any{"biz_tag": tag, "request_id": "0197a3b2-7c4d-7e5f-8a9b-0c1d2e3f4a5b", "size": 10,
+			"holder_key": "the-order-only-tokens-holder-key"}
 	}
 	if s, _, b := do(t, p.srv, "POST", "/v1/segments", "", body("order")); s != 401 {
 		t.Fatalf("no token: %d %s", s, b)
@@ -343,6 +345,19 @@ func TestAuth_Segments(t *testing.T) {
 	}
 	if s, _, b := do(t, p.srv, "POST", "/v1/segments", order, body("order")); s != 200 {
 		t.Fatalf("own tag: %d %s", s, b)
+	}
+	// Another token with the request ID and even the holder key: the
+	// request is the first token's, and stays so.
+	if s, _, b := do(t, p.srv, "POST", "/v1/segments", other, body("order")); s != 409 || errorCode(t, b) != httpapi.CodeNotHolder {
+		t.Fatalf("another token's retry: %d %s; want 409 %s", s, b, httpapi.CodeNotHolder)
+	}
+	back := map[string]any{"biz_tag": "order", "request_id": "0197a3b2-7c4d-7e5f-8a9b-0c1d2e3f4a5b",
+		"holder_key": "the-order-only-tokens-holder-key", "first": "5", "last": "10"}
+	if s, _, b := do(t, p.srv, "POST", "/v1/segments/giveback", other, back); s != 409 || errorCode(t, b) != httpapi.CodeNotHolder {
+		t.Fatalf("another token's give-back: %d %s; want 409 %s", s, b, httpapi.CodeNotHolder)
+	}
+	if s, _, b := do(t, p.srv, "POST", "/v1/segments/giveback", order, back); s != 200 || !strings.Contains(string(b), `"given_back":true`) {
+		t.Fatalf("the holder's give-back: %d %s", s, b)
 	}
 	// Refused by the body's tag, after the middleware let the token in:
 	// counted as the middleware's refusals are.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
@@ -20,7 +21,15 @@ const (
 	CodeInvalidRequestID = "invalid_request_id"
 	CodeInvalidRange     = "invalid_range"
 	CodeRequestConflict  = "request_conflict"
+	CodeInvalidHolderKey = "invalid_holder_key"
+	CodeInvalidFloor     = "invalid_floor"
+	CodeNotHolder        = "not_holder"
+	CodeGivenBack        = "given_back"
 )
+
+// anonymous is the principal of every caller in the open mode: there the
+// holder key alone tells callers apart.
+const anonymous = "anonymous"
 
 // maxRangeSize bounds the size a caller may ask for: the schema's bound on
 // a tag's step and max_step. The store bounds it further by the tag's own.
@@ -29,8 +38,8 @@ const maxRangeSize = 100_000_000
 // SegmentGranter is what the range endpoints need: allocator.Allocator
 // implements it. The server mounts them when its Allocator is one.
 type SegmentGranter interface {
-	GrantRange(ctx context.Context, tag string, size int64, id uuid.UUID) (allocator.Segment, bool, error)
-	ReturnRange(ctx context.Context, id uuid.UUID, tag string, first, last int64) (bool, error)
+	GrantRange(ctx context.Context, req allocator.RangeRequest) (allocator.Segment, bool, error)
+	ReturnRange(ctx context.Context, id uuid.UUID, h allocator.Holder, tag string, first, last int64) (bool, error)
 }
 
 var _ SegmentGranter = (*allocator.Allocator)(nil)
@@ -42,8 +51,19 @@ type SegmentRequest struct {
 	// grant is bounded by the tag's step and max_step.
 	Size int64 `json:"size"`
 	// RequestID is a UUID the caller chose before its first attempt and
-	// reuses on every retry, through any instance.
+	// reuses on every retry, through any instance. It is an idempotency
+	// key, not a secret: instances log it.
 	RequestID string `json:"request_id"`
+	// HolderKey is a secret the caller chose with RequestID (e.g. 32 random
+	// bytes in unpadded base64url) and sends again on every retry and with
+	// the give-back: with the caller's principal it proves the range is
+	// the caller's. Only its SHA-256 is stored; it is never logged.
+	HolderKey string `json:"holder_key"`
+	// Floor is the highest ID the caller was granted for the tag (0: none):
+	// when the database went back in time below it, max_id is raised to
+	// it (by at most allocator.MaxClaimedLead above max_id per grant), so
+	// that the range granted is above it.
+	Floor int64 `json:"floor,string,omitempty"`
 }
 
 // SegmentResponse is the reply of POST /v1/segments: the range granted to
@@ -61,20 +81,25 @@ type SegmentResponse struct {
 }
 
 // GiveBackRequest is the body of POST /v1/segments/giveback: the unused
-// tail [First, Last] of the range granted to RequestID.
+// tail [First, Last] of the range granted to RequestID, with the holder key
+// of its grant, from the same principal.
 type GiveBackRequest struct {
 	Tag       string `json:"biz_tag"`
 	RequestID string `json:"request_id"`
+	HolderKey string `json:"holder_key"`
 	First     int64  `json:"first,string"`
 	Last      int64  `json:"last,string"`
 }
 
-// GiveBackResponse is the reply of POST /v1/segments/giveback. GivenBack
-// false means the tag was allocated since (or the range is not the tail of
-// the request's range): the IDs stay a gap.
+// GiveBackResponse is the reply of POST /v1/segments/giveback (without
+// the holder key). GivenBack false means the tag was allocated since (or
+// the range is not the tail of the request's range): the IDs stay a gap.
 type GiveBackResponse struct {
-	GiveBackRequest
-	GivenBack bool `json:"given_back"`
+	Tag       string `json:"biz_tag"`
+	RequestID string `json:"request_id"`
+	First     int64  `json:"first,string"`
+	Last      int64  `json:"last,string"`
+	GivenBack bool   `json:"given_back"`
 }
 
 // segmentsRouter serves the range endpoints, to be mounted at /v1/segments
@@ -91,9 +116,13 @@ func (s *Server) segmentsRouter(g SegmentGranter) chi.Router {
 
 func (s *Server) handleGrant(w http.ResponseWriter, r *http.Request, g SegmentGranter) {
 	var req SegmentRequest
-	id, err := decodeRange(w, r, &req, func() (string, string) { return req.Tag, req.RequestID })
-	if err == nil && (req.Size < 0 || req.Size > maxRangeSize) {
+	id, err := decodeRange(w, r, &req, func() (string, string, string) { return req.Tag, req.RequestID, req.HolderKey })
+	switch {
+	case err != nil:
+	case req.Size < 0 || req.Size > maxRangeSize:
 		err = badRequest(CodeInvalidSize, fmt.Sprintf("size must be from 0 (the tag's step) to %d", maxRangeSize))
+	case req.Floor < 0:
+		err = badRequest(CodeInvalidFloor, "floor: want the highest id granted to the caller for the tag (0: none), as a decimal string")
 	}
 	if err != nil {
 		writeError(w, r, s.cfg.Logger, err)
@@ -110,7 +139,8 @@ func (s *Server) handleGrant(w http.ResponseWriter, r *http.Request, g SegmentGr
 		s.refuse(w, r, refused)
 		return
 	}
-	seg, recovered, err := g.GrantRange(r.Context(), req.Tag, req.Size, id)
+	holder := allocator.NewHolder(s.principalOf(r), req.HolderKey)
+	seg, recovered, err := g.GrantRange(r.Context(), allocator.RangeRequest{ID: id, Tag: req.Tag, Size: req.Size, Holder: holder, Floor: req.Floor})
 	if err != nil {
 		charge.settle(0)
 		writeError(w, r, s.cfg.Logger, rangeError(err))
@@ -125,7 +155,7 @@ func (s *Server) handleGrant(w http.ResponseWriter, r *http.Request, g SegmentGr
 
 func (s *Server) handleGiveBack(w http.ResponseWriter, r *http.Request, g SegmentGranter) {
 	var req GiveBackRequest
-	id, err := decodeRange(w, r, &req, func() (string, string) { return req.Tag, req.RequestID })
+	id, err := decodeRange(w, r, &req, func() (string, string, string) { return req.Tag, req.RequestID, req.HolderKey })
 	if err == nil && (req.First < 1 || req.First > req.Last) {
 		err = badRequest(CodeInvalidRange, "first and last: want 1 <= first <= last, as decimal strings")
 	}
@@ -142,21 +172,36 @@ func (s *Server) handleGiveBack(w http.ResponseWriter, r *http.Request, g Segmen
 		s.refuse(w, r, refused)
 		return
 	}
-	ok, err := g.ReturnRange(r.Context(), id, req.Tag, req.First, req.Last)
+	holder := allocator.NewHolder(s.principalOf(r), req.HolderKey)
+	ok, err := g.ReturnRange(r.Context(), id, holder, req.Tag, req.First, req.Last)
 	if err != nil {
 		writeError(w, r, s.cfg.Logger, rangeError(err))
 		return
 	}
-	req.RequestID = id.String()
-	writeJSON(w, http.StatusOK, GiveBackResponse{GiveBackRequest: req, GivenBack: ok})
+	writeJSON(w, http.StatusOK, GiveBackResponse{Tag: req.Tag, RequestID: id.String(), First: req.First, Last: req.Last, GivenBack: ok})
 }
+
+// principalOf returns who asks, for the holder of a range: the bearer
+// token's ID in the token mode (the middleware authenticated it), and
+// "anonymous" for everyone in the open mode.
+func (s *Server) principalOf(r *http.Request) string {
+	if p, _ := r.Context().Value(principalKey{}).(*principal); p != nil && s.cfg.Auth.IDs == AuthToken {
+		return "token:" + p.token.ID
+	}
+	return anonymous
+}
+
+// holderKeyPattern is a holder key: 22 to 128 characters of the unpadded
+// base64url alphabet, so at least 128 bits when random.
+var holderKeyPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{22,128}$`)
 
 // maxRangeBody bounds the body of a range request.
 const maxRangeBody = 4 << 10
 
-// decodeRange reads one JSON object into dst and validates the tag and
-// request ID that fields returns.
-func decodeRange(w http.ResponseWriter, r *http.Request, dst any, fields func() (tag, requestID string)) (uuid.UUID, error) {
+// decodeRange reads one JSON object into dst and validates the tag,
+// request ID and holder key that fields returns. Its errors never quote the
+// holder key.
+func decodeRange(w http.ResponseWriter, r *http.Request, dst any, fields func() (tag, requestID, holderKey string)) (uuid.UUID, error) {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRangeBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
@@ -169,7 +214,7 @@ func decodeRange(w http.ResponseWriter, r *http.Request, dst any, fields func() 
 	if _, err := dec.Token(); err != io.EOF {
 		return uuid.Nil, badRequest(CodeBadRequest, "body: want one JSON object and nothing after it")
 	}
-	tag, rid := fields()
+	tag, rid, key := fields()
 	if tag == "" {
 		return uuid.Nil, badRequest(CodeInvalidTag, "biz_tag is required")
 	}
@@ -180,12 +225,22 @@ func decodeRange(w http.ResponseWriter, r *http.Request, dst any, fields func() 
 	if err != nil || id == uuid.Nil || len(rid) != 36 {
 		return uuid.Nil, badRequest(CodeInvalidRequestID, "request_id: want a UUID (e.g. a UUIDv7) in its 36-character form, chosen once and reused on every retry")
 	}
+	if !holderKeyPattern.MatchString(key) {
+		return uuid.Nil, badRequest(CodeInvalidHolderKey, "holder_key: want a secret of 22 to 128 characters of [A-Za-z0-9_-] (e.g. 32 random bytes in unpadded base64url), chosen with the request_id and sent again on every retry and give-back")
+	}
 	return id, nil
 }
 
 // rangeError adds the range endpoints' own error to the common mapping.
 func rangeError(err error) error {
-	if errors.Is(err, allocator.ErrRequestConflict) {
+	switch {
+	case errors.Is(err, allocator.ErrNotHolder):
+		return &apiError{status: http.StatusConflict, code: CodeNotHolder,
+			message: "request_id belongs to another caller: a retry or a give-back must come from the principal that made the request, with its holder_key; nothing changed"}
+	case errors.Is(err, allocator.ErrGivenBack):
+		return &apiError{status: http.StatusConflict, code: CodeGivenBack,
+			message: "the whole range of request_id was given back: it keeps no ids; ask with a new request_id"}
+	case errors.Is(err, allocator.ErrRequestConflict):
 		return &apiError{status: http.StatusConflict, code: CodeRequestConflict, message: err.Error()}
 	}
 	return err

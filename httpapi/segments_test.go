@@ -28,9 +28,13 @@ func post(tb testing.TB, srv *httptest.Server, path, body string) (int, http.Hea
 }
 
 func grantBody(tag string, size int64, id uuid.UUID) string {
-	js, _ := json.Marshal(httpapi.SegmentRequest{Tag: tag, Size: size, RequestID: id.String()})
+	js, _ := json.Marshal(httpapi.SegmentRequest{Tag: tag, Size: size, RequestID: id.String(), HolderKey: holderKey(id)})
 	return string(js)
 }
+
+// holderKey is the test's holder key of request id: the same on every
+// retry, another for every request.
+func holderKey(id uuid.UUID) string { return "key" + strings.ReplaceAll(id.String(), "-", "") }
 
 // rangeServers starts n instances over one store with tag "order" (step
 // 10, max_step 100).
@@ -93,13 +97,13 @@ func TestServer_Segments(t *testing.T) {
 	t.Run("give back: the tail of the newest range, once", func(t *testing.T) {
 		rid := uuid.Must(uuid.NewV7())
 		var r httpapi.SegmentResponse
-		_, _, body := post(t, srvs[1], "/v1/segments", grantBody("order", 10, rid))
-		if err := json.Unmarshal(body, &r); err != nil {
+		code, _, body := post(t, srvs[1], "/v1/segments", grantBody("order", 10, rid))
+		if err := json.Unmarshal(body, &r); err != nil || code != http.StatusOK {
 			t.Fatal(err)
 		}
 		gb := func(first, last int64) httpapi.GiveBackResponse {
 			t.Helper()
-			js, _ := json.Marshal(httpapi.GiveBackRequest{Tag: "order", RequestID: rid.String(), First: first, Last: last})
+			js, _ := json.Marshal(httpapi.GiveBackRequest{Tag: "order", RequestID: rid.String(), HolderKey: holderKey(rid), First: first, Last: last})
 			code, _, body := post(t, srvs[0], "/v1/segments/giveback", string(js))
 			var g httpapi.GiveBackResponse
 			if code != http.StatusOK || json.Unmarshal(body, &g) != nil {
@@ -116,6 +120,33 @@ func TestServer_Segments(t *testing.T) {
 		if tags, _ := m.Tags(t.Context()); tags[0].MaxID != r.First+2 {
 			t.Fatalf("max_id %d, want %d", tags[0].MaxID, r.First+2)
 		}
+		// A retry of the grant gets only what the holder kept.
+		var again httpapi.SegmentResponse
+		code, _, body = post(t, srvs[0], "/v1/segments", grantBody("order", 10, rid))
+		if code != http.StatusOK || json.Unmarshal(body, &again) != nil || again.First != r.First || again.Last != r.First+2 || !again.Recovered {
+			t.Fatalf("retry after the give-back: %d %s; want [%d, %d] recovered", code, body, r.First, r.First+2)
+		}
+	})
+
+	t.Run("a stranger with the request ID gets nothing and gives back nothing", func(t *testing.T) {
+		rid := uuid.Must(uuid.NewV7())
+		var r httpapi.SegmentResponse
+		if _, _, body := post(t, srvs[0], "/v1/segments", grantBody("order", 10, rid)); json.Unmarshal(body, &r) != nil {
+			t.Fatal(string(body))
+		}
+		stranger := httpapi.SegmentRequest{Tag: "order", Size: 10, RequestID: rid.String(), HolderKey: "a-strangers-own-holder-key"}
+		js, _ := json.Marshal(stranger)
+		if code, _, body := post(t, srvs[1], "/v1/segments", string(js)); code != http.StatusConflict || errorCode(t, body) != httpapi.CodeNotHolder {
+			t.Fatalf("stranger's grant: %d %s", code, body)
+		}
+		js, _ = json.Marshal(httpapi.GiveBackRequest{Tag: "order", RequestID: rid.String(), HolderKey: stranger.HolderKey, First: r.First + 1, Last: r.Last})
+		if code, _, body := post(t, srvs[1], "/v1/segments/giveback", string(js)); code != http.StatusConflict || errorCode(t, body) != httpapi.CodeNotHolder ||
+			strings.Contains(string(body), stranger.HolderKey) {
+			t.Fatalf("stranger's give-back: %d %s", code, body)
+		}
+		if tags, _ := m.Tags(t.Context()); tags[0].MaxID != r.Last {
+			t.Fatalf("max_id %d, want %d: a stranger changed the tag", tags[0].MaxID, r.Last)
+		}
 	})
 
 	t.Run("a request ID is one tag's", func(t *testing.T) {
@@ -131,7 +162,9 @@ func TestServer_Segments(t *testing.T) {
 
 func TestServer_SegmentsBadInput(t *testing.T) {
 	srvs, m := rangeServers(t, 1)
-	id := uuid.Must(uuid.NewV7()).String()
+	rid := uuid.Must(uuid.NewV7())
+	id := rid.String()
+	hk := `","holder_key":"` + holderKey(rid)
 	tests := []struct {
 		name, path, body string
 		status           int
@@ -146,13 +179,20 @@ func TestServer_SegmentsBadInput(t *testing.T) {
 		{"no request id", "/v1/segments", `{"biz_tag":"order"}`, 400, httpapi.CodeInvalidRequestID},
 		{"bad request id", "/v1/segments", `{"biz_tag":"order","request_id":"42"}`, 400, httpapi.CodeInvalidRequestID},
 		{"nil request id", "/v1/segments", `{"biz_tag":"order","request_id":"` + uuid.Nil.String() + `"}`, 400, httpapi.CodeInvalidRequestID},
-		{"negative size", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + `","size":-1}`, 400, httpapi.CodeInvalidSize},
-		{"size too large", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + `","size":100000001}`, 400, httpapi.CodeInvalidSize},
-		{"size as a string", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + `","size":"5"}`, 400, httpapi.CodeBadRequest},
-		{"unknown tag", "/v1/segments", `{"biz_tag":"nope","request_id":"` + id + `"}`, 404, httpapi.CodeUnknownTag},
-		{"give back an empty range", "/v1/segments/giveback", `{"biz_tag":"order","request_id":"` + id + `","first":"5","last":"4"}`, 400, httpapi.CodeInvalidRange},
-		{"give back from 0", "/v1/segments/giveback", `{"biz_tag":"order","request_id":"` + id + `","first":"0","last":"4"}`, 400, httpapi.CodeInvalidRange},
-		{"give back numbers", "/v1/segments/giveback", `{"biz_tag":"order","request_id":"` + id + `","first":1,"last":4}`, 400, httpapi.CodeBadRequest},
+		{"negative size", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + hk + `","size":-1}`, 400, httpapi.CodeInvalidSize},
+		{"size too large", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + hk + `","size":100000001}`, 400, httpapi.CodeInvalidSize},
+		{"size as a string", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + hk + `","size":"5"}`, 400, httpapi.CodeBadRequest},
+		{"unknown tag", "/v1/segments", `{"biz_tag":"nope","request_id":"` + id + hk + `"}`, 404, httpapi.CodeUnknownTag},
+		{"give back an empty range", "/v1/segments/giveback", `{"biz_tag":"order","request_id":"` + id + hk + `","first":"5","last":"4"}`, 400, httpapi.CodeInvalidRange},
+		{"give back from 0", "/v1/segments/giveback", `{"biz_tag":"order","request_id":"` + id + hk + `","first":"0","last":"4"}`, 400, httpapi.CodeInvalidRange},
+		{"no holder key", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + `"}`, 400, httpapi.CodeInvalidHolderKey},
+		{"short holder key", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + `","holder_key":"abc"}`, 400, httpapi.CodeInvalidHolderKey},
+		{"holder key of other characters", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + `","holder_key":"` + strings.Repeat("é", 30) + `"}`, 400, httpapi.CodeInvalidHolderKey},
+		{"holder key too long", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + `","holder_key":"` + strings.Repeat("a", 129) + `"}`, 400, httpapi.CodeInvalidHolderKey},
+		{"negative floor", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + hk + `","floor":"-1"}`, 400, httpapi.CodeInvalidFloor},
+		{"floor as a number", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + hk + `","floor":5}`, 400, httpapi.CodeBadRequest},
+		{"give back without a holder key", "/v1/segments/giveback", `{"biz_tag":"order","request_id":"` + id + `","first":"1","last":"4"}`, 400, httpapi.CodeInvalidHolderKey},
+		{"give back numbers", "/v1/segments/giveback", `{"biz_tag":"order","request_id":"` + id + hk + `","first":1,"last":4}`, 400, httpapi.CodeBadRequest},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -174,7 +214,8 @@ func TestServer_SegmentsBadInput(t *testing.T) {
 }
 
 func FuzzServer_Segments(f *testing.F) {
-	f.Add(`{"biz_tag":"order","size":5,"request_id":"0190d6a2-7f3c-7b1e-9a4b-2f1e3d5c6b7a"}`)
+	f.Add(`{"biz_tag":"order","size":5,"request_id":"0190d6a2-7f3c-7b1e-9a4b-2f1e3d5c6b7a","holder_key":"0123456789abcdefghijklmnop"}`)
+	f.Add(`{"biz_tag":"order","request_id":"0190d6a2-7f3c-7b1e-9a4b-2f1e3d5c6b7a","holder_key":"0123456789abcdefghijklmnop","floor":"9223372036854775807"}`)
 	f.Add(`{"biz_tag":"order","request_id":"{0190d6a2-7f3c-7b1e-9a4b-2f1e3d5c6b7a}"}`)
 	f.Add(`{"biz_tag":"","size":1e30}`)
 	f.Add(`[]`)

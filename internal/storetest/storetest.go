@@ -185,6 +185,36 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		}
 	})
 
+	t.Run("a caller's claimed floor raises max_id, by a bounded lead", func(t *testing.T) {
+		s := open(t)
+		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10})
+		req := newRequest("order", 0)
+		req.ClaimedFloor = 500 // a client was granted up to 500: the store went back in time
+		if seg, err := s.Allocate(t.Context(), req); err != nil || seg.First != 501 || !seg.Repaired {
+			t.Fatalf("claimed floor 500: %+v, %v; want [501, 510], repaired", seg, err)
+		}
+		// A lie (or a client far ahead) costs a gap of at most the lead.
+		for _, above := range []int64{-1, allocator.MaxClaimedLead + 1} {
+			prev := maxID(t, s, "order")
+			claimed := int64(math.MaxInt64)
+			if above > 0 {
+				claimed = prev + above
+			}
+			req = newRequest("order", 0)
+			req.ClaimedFloor = claimed
+			seg, err := s.Allocate(t.Context(), req)
+			if want := prev + allocator.MaxClaimedLead + 1; err != nil || seg.First != want || !seg.Repaired {
+				t.Fatalf("claimed floor %d at max_id %d: %+v, %v; want a range from %d", claimed, prev, seg, err, want)
+			}
+		}
+		// The instance's own floor is not bounded.
+		req = newRequest("order", 0)
+		req.Floor, req.ClaimedFloor = math.MaxInt64-100, 1
+		if seg, err := s.Allocate(t.Context(), req); err != nil || seg.First != math.MaxInt64-99 {
+			t.Fatalf("instance floor near 2^63-1: %+v, %v", seg, err)
+		}
+	})
+
 	t.Run("concurrent allocations with a floor: one repair, no overlap", func(t *testing.T) {
 		const goroutines, each, floor = 8, 10, 1000
 		s := open(t)
@@ -266,13 +296,14 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 			t.Fatal(err)
 		}
 		own := newRequest("order", 10)
+		own.Holder = allocator.NewHolder("anonymous", "the holder's key")
 		seg, err := s.Allocate(t.Context(), own)
 		if err != nil {
 			t.Fatal(err)
 		}
 		giveBack := func(id uuid.UUID, tag string, first, last int64) bool {
 			t.Helper()
-			done, err := r.GiveBackRange(t.Context(), id, tag, first, last)
+			done, err := r.GiveBackRange(t.Context(), id, own.Holder, tag, first, last)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -307,6 +338,175 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		}
 		if giveBack(own.ID, "order", seg.First+5, seg.Last) {
 			t.Fatal("a repeated give-back took back IDs granted to another request")
+		}
+	})
+
+	t.Run("a caller's range is held by its principal and holder key", func(t *testing.T) {
+		s := open(t)
+		r, ok := s.(allocator.RangeReturner)
+		if !ok {
+			t.Skip("not a RangeReturner")
+		}
+		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10})
+		inst := mustAllocate(t, s, newRequest("order", 10)) // an instance's own: [1, 10]
+		h := allocator.NewHolder("token:alice", "alice's key")
+		own := newRequest("order", 20)
+		own.Holder = h
+		seg := mustAllocate(t, s, own) // [11, 30]
+		if got, err := s.Lookup(t.Context(), own.ID); err != nil || got.Holder != h || seg.Holder != h {
+			t.Fatalf("Lookup = %+v, %v; the log must keep the holder %v", got, err, h)
+		}
+		if got, err := s.Lookup(t.Context(), inst.RequestID); err != nil || !got.Holder.IsZero() {
+			t.Fatalf("Lookup of an instance's segment = %+v, %v; want no holder", got, err)
+		}
+		// Every other guard passes (max_id ends the range, nothing above
+		// it): only the holder check refuses these.
+		for _, c := range []struct {
+			name string
+			h    allocator.Holder
+		}{
+			{"another holder key", allocator.NewHolder("token:alice", "a guess")},
+			{"another principal with the key", allocator.NewHolder("token:mallory", "alice's key")},
+			{"no holder", allocator.Holder{}},
+		} {
+			done, err := r.GiveBackRange(t.Context(), own.ID, c.h, "order", 21, 30)
+			if done || !errors.Is(err, allocator.ErrNotHolder) {
+				t.Fatalf("%s: give back = %v, %v; want ErrNotHolder", c.name, done, err)
+			}
+			if got := maxID(t, s, "order"); got != 30 {
+				t.Fatalf("%s: max_id %d, want 30: a refused give-back changed the tag", c.name, got)
+			}
+		}
+		if done, err := r.GiveBackRange(t.Context(), own.ID, h, "order", 21, 30); err != nil || !done {
+			t.Fatalf("the holder's give-back = %v, %v", done, err)
+		}
+		// An instance's live segment, the newest: no caller holds it.
+		live := mustAllocate(t, s, newRequest("order", 10)) // [21, 30]
+		for _, c := range []allocator.Holder{h, {}} {
+			if done, err := r.GiveBackRange(t.Context(), live.RequestID, c, "order", 22, 30); done || !errors.Is(err, allocator.ErrNotHolder) {
+				t.Fatalf("give back of an instance's segment as %v = %v, %v; want ErrNotHolder", c, done, err)
+			}
+		}
+		if got := maxID(t, s, "order"); got != 30 {
+			t.Fatalf("max_id %d, want 30: an instance's segment was given back", got)
+		}
+	})
+
+	t.Run("a lookup keeps only what was not given back", func(t *testing.T) {
+		s := open(t)
+		r, ok1 := s.(allocator.RangeReturner)
+		ret, ok2 := s.(allocator.Returner)
+		if !ok1 || !ok2 {
+			t.Skip("not a RangeReturner and Returner")
+		}
+		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10})
+		own := newRequest("order", 100)
+		own.Holder = allocator.NewHolder("anonymous", "key")
+		mustAllocate(t, s, own) // [1, 100]
+		if done, err := r.GiveBackRange(t.Context(), own.ID, own.Holder, "order", 51, 100); err != nil || !done {
+			t.Fatalf("GiveBackRange = %v, %v", done, err)
+		}
+		if got, err := s.Lookup(t.Context(), own.ID); err != nil || got.First != 1 || got.Last != 50 {
+			t.Fatalf("Lookup after the tail [51, 100] went back = %+v, %v; want [1, 50]", got, err)
+		}
+		// An instance's segment, given back in part, then one in full.
+		part := mustAllocate(t, s, newRequest("order", 10)) // [51, 60]
+		if done, err := ret.GiveBack(t.Context(), "order", 55, 60); err != nil || !done {
+			t.Fatalf("GiveBack = %v, %v", done, err)
+		}
+		if got, err := s.Lookup(t.Context(), part.RequestID); err != nil || got.First != 51 || got.Last != 54 {
+			t.Fatalf("Lookup = %+v, %v; want [51, 54]", got, err)
+		}
+		all := mustAllocate(t, s, newRequest("order", 10)) // [55, 64]
+		if done, err := ret.GiveBack(t.Context(), "order", 55, 64); err != nil || !done {
+			t.Fatalf("GiveBack = %v, %v", done, err)
+		}
+		if got, err := s.Lookup(t.Context(), all.RequestID); !errors.Is(err, allocator.ErrGivenBack) || got.First != 55 {
+			t.Fatalf("Lookup of a range given back in full = %+v, %v; want ErrGivenBack", got, err)
+		}
+	})
+
+	t.Run("a retried grant is its holder's alone, without what it gave back", func(t *testing.T) {
+		s := open(t)
+		if _, ok := s.(allocator.RangeReturner); !ok {
+			t.Skip("not a RangeReturner")
+		}
+		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10})
+		a := allocator.New(allocator.Config{Store: s, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		defer a.Close(context.Background())
+		ctx := t.Context()
+		h := allocator.NewHolder("anonymous", "key a")
+		rr := allocator.RangeRequest{ID: uuid.Must(uuid.NewV7()), Tag: "order", Size: 20, Holder: h}
+		if seg, recovered, err := a.GrantRange(ctx, rr); err != nil || recovered || seg.First != 1 || seg.Last != 20 {
+			t.Fatalf("GrantRange = %+v, %v, %v", seg, recovered, err)
+		}
+		refused := func(what string, r allocator.RangeRequest) {
+			t.Helper()
+			before := maxID(t, s, "order")
+			if seg, _, err := a.GrantRange(ctx, r); !errors.Is(err, allocator.ErrNotHolder) {
+				t.Fatalf("%s: GrantRange = %+v, %v; want ErrNotHolder", what, seg, err)
+			}
+			if got := maxID(t, s, "order"); got != before {
+				t.Fatalf("%s: max_id moved from %d to %d", what, before, got)
+			}
+		}
+		for _, other := range []allocator.Holder{allocator.NewHolder("anonymous", "key b"), allocator.NewHolder("token:x", "key a")} {
+			r := rr
+			r.Holder = other
+			refused("a retry as "+other.String(), r)
+		}
+		if done, err := a.ReturnRange(ctx, rr.ID, h, "order", 11, 20); err != nil || !done {
+			t.Fatalf("ReturnRange = %v, %v", done, err)
+		}
+		// The tail went back: the holder's retry gets what it kept.
+		if seg, recovered, err := a.GrantRange(ctx, rr); err != nil || !recovered || seg.First != 1 || seg.Last != 10 {
+			t.Fatalf("retry after a give-back = %+v, %v, %v; want [1, 10] recovered", seg, recovered, err)
+		}
+		inst := mustAllocate(t, s, newRequest("order", 10)) // an instance's own: [11, 20]
+		r := rr
+		r.ID = inst.RequestID
+		refused("a caller presenting an instance's request id", r)
+		whole := allocator.RangeRequest{ID: uuid.Must(uuid.NewV7()), Tag: "order", Size: 10, Holder: h}
+		seg, _, err := a.GrantRange(ctx, whole)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done, err := a.ReturnRange(ctx, whole.ID, h, "order", seg.First, seg.Last); err != nil || !done {
+			t.Fatalf("ReturnRange of a whole range = %v, %v", done, err)
+		}
+		if seg, _, err := a.GrantRange(ctx, whole); !errors.Is(err, allocator.ErrGivenBack) {
+			t.Fatalf("retry after a give-back of all = %+v, %v; want ErrGivenBack", seg, err)
+		}
+		r = whole
+		r.Holder = allocator.NewHolder("anonymous", "key b")
+		refused("a stranger's retry of a range given back", r)
+	})
+
+	t.Run("a give-back is refused while another request keeps ids above its first", func(t *testing.T) {
+		s := open(t)
+		r, ok := s.(allocator.RangeReturner)
+		restore, ok2 := s.(MaxIDSetter)
+		if !ok || !ok2 {
+			t.Skip("not a RangeReturner with a MaxIDSetter")
+		}
+		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10})
+		own := newRequest("order", 100)
+		own.Holder = allocator.NewHolder("anonymous", "key")
+		mustAllocate(t, s, own)                               // a client's [1, 100]
+		other := mustAllocate(t, s, newRequest("order", 100)) // an instance serving [101, 200]
+		// An operator restores the tags table from a backup taken after the
+		// client's grant; the segment log survived. max_id ends the
+		// client's range again, and its tail is its own, unreturned: only
+		// the log's other row, which keeps IDs above first, says no.
+		restore.SetMaxID("order", 100)
+		if done, err := r.GiveBackRange(t.Context(), own.ID, own.Holder, "order", 51, 100); err != nil || done {
+			t.Fatalf("give back [51, 100] with [%d, %d] kept by another request = %v, %v; want refused", other.First, other.Last, done, err)
+		}
+		if got := maxID(t, s, "order"); got != 100 {
+			t.Fatalf("max_id %d, want 100", got)
+		}
+		if got, err := s.Lookup(t.Context(), own.ID); err != nil || got.Last != 100 {
+			t.Fatalf("Lookup = %+v, %v; want the whole range kept", got, err)
 		}
 	})
 
@@ -667,6 +867,22 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// MaxIDSetter sets a tag's max_id behind the store's back, as an operator
+// restoring the tags table from a backup would. The clauses that need it
+// skip stores without it.
+type MaxIDSetter interface {
+	SetMaxID(name string, maxID int64)
+}
+
+func mustAllocate(tb testing.TB, s Store, req allocator.Request) allocator.Segment {
+	tb.Helper()
+	seg, err := s.Allocate(context.Background(), req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return seg
 }
 
 func newRequest(tag string, size int64) allocator.Request {
