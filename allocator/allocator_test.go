@@ -325,3 +325,58 @@ func TestAllocator_OutageKeepsNoBuffers(t *testing.T) {
 		t.Fatalf("buffers after the outage: %d, want only order's", len(st))
 	}
 }
+
+// claimingStore loses its first allocation before anything commits, and a
+// stranger who read the request ID in the instance's log ("reply lost; will
+// look the request up") claims it through the range API first.
+type claimingStore struct {
+	*allocator.MemStore
+	mu      sync.Mutex
+	claimed allocator.Segment
+}
+
+func (s *claimingStore) Allocate(ctx context.Context, req allocator.Request) (allocator.Segment, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.claimed.RequestID == uuid.Nil && req.Holder.IsZero() {
+		stranger := req
+		stranger.Instance = "stranger/client"
+		stranger.Holder = allocator.NewHolder("anonymous", "a-stranger's-own-holder-key")
+		seg, err := s.MemStore.Allocate(ctx, stranger)
+		if err != nil {
+			return seg, err
+		}
+		s.claimed = seg
+		return allocator.Segment{}, errLost // the instance's own attempt: nothing committed
+	}
+	return s.MemStore.Allocate(ctx, req)
+}
+
+// TestAllocator_RequestIDClaimedByStranger: an instance's request ID, read
+// from its log after a lost reply, is claimed by a caller through the range
+// API before the instance's retry. The instance must serve none of that
+// caller's range (it would hand those IDs out twice), and go on with a new
+// request.
+func TestAllocator_RequestIDClaimedByStranger(t *testing.T) {
+	m := allocator.NewMemStore()
+	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: 10, MaxStep: 10}); err != nil {
+		t.Fatal(err)
+	}
+	store := &claimingStore{MemStore: m}
+	a := newAllocator(t, store, nil)
+	ids, err := a.NextN(context.Background(), "order", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.mu.Lock()
+	claimed := store.claimed
+	store.mu.Unlock()
+	if claimed.RequestID == uuid.Nil {
+		t.Fatal("the stranger claimed nothing: the test proves nothing")
+	}
+	for _, id := range ids {
+		if id >= claimed.First && id <= claimed.Last {
+			t.Fatalf("id %d served by the instance is in the stranger's range [%d, %d]: a duplicate", id, claimed.First, claimed.Last)
+		}
+	}
+}

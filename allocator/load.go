@@ -35,6 +35,9 @@ const maxPending = 8
 //   - ErrUnknownTag, ErrExhausted: final, nothing committed;
 //   - ErrAmbiguous (reply lost): look the request up first, then retry it;
 //   - ErrNotReplicated (granted, standbys not confirmed): the same;
+//   - a lookup that finds a caller's range (its ID claimed through the
+//     range API before an attempt of ours committed) serves none of it:
+//     the load goes on with a new request;
 //   - a lookup that finds the range partly given back serves what the
 //     request kept; one given back in full settles it (ErrGivenBack), and
 //     the load goes on with a new request;
@@ -70,6 +73,21 @@ func (a *Allocator) load(ctx context.Context, tag string, size int64) (segment.G
 		if uncertain || granted {
 			seg, err := a.lookup(ctx, req.ID)
 			switch {
+			case err == nil && !seg.Holder.IsZero(), errors.Is(err, ErrGivenBack) && !seg.Holder.IsZero():
+				// A caller's range under this instance's request ID: the
+				// ID was read from a log and claimed through the range API
+				// before an attempt of ours committed. The range is that
+				// caller's; serving it too would hand its IDs out twice.
+				// Nothing of ours committed under the ID: a new request.
+				log.Warn("request id taken by a caller's range grant before this instance's request committed; not served, the load goes on with a new request",
+					"holder", seg.Holder.String())
+				if p, uncertain, err = a.request(tag, size, a.cfg.Now()); err != nil {
+					return segment.Grant{}, err
+				}
+				req = p.req
+				log = a.cfg.Logger.With("biz_tag", tag, "request_id", req.ID)
+				granted, pause, lastErr = false, false, nil
+				continue
 			case errors.Is(err, ErrGivenBack), err == nil && a.settledGap(tag, seg):
 				if err != nil {
 					log.Warn("request settled: its whole range was given back; the load goes on with a new request", "first", seg.First)

@@ -1,7 +1,9 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -229,5 +231,74 @@ func TestClient_Concurrent(t *testing.T) {
 	r := check.Report()
 	if !r.Valid() || r.IDs() < 3*goroutines*each {
 		t.Fatalf("%s", r)
+	}
+}
+
+// claiming is an instance in front of which a stranger, who saw the
+// client's first range request go by (its request ID is logged and sent as
+// Idempotency-Key), claims that request ID with its own holder key before the
+// client's request reaches the store; the client's request is then lost.
+type claiming struct {
+	api     http.Handler
+	mu      sync.Mutex
+	claimed *httpapi.SegmentResponse
+}
+
+func (c *claiming) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c.mu.Lock()
+	first := c.claimed == nil && r.URL.Path == "/v1/segments"
+	c.mu.Unlock()
+	if !first {
+		c.api.ServeHTTP(w, r)
+		return
+	}
+	var req httpapi.SegmentRequest
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	req.HolderKey = "a-strangers-own-holder-key-0123456789"
+	body, _ := json.Marshal(req)
+	rec := httptest.NewRecorder()
+	c.api.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/segments", bytes.NewReader(body)))
+	var got httpapi.SegmentResponse
+	if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &got) != nil {
+		http.Error(w, "stranger's claim failed: "+rec.Body.String(), http.StatusInternalServerError)
+		return
+	}
+	c.mu.Lock()
+	c.claimed = &got
+	c.mu.Unlock()
+	panic(http.ErrAbortHandler) // the client's own request: lost on the way
+}
+
+// TestClient_RequestIDClaimedByStranger: a stranger claims the client's
+// request ID before the client's request reaches the store. The client's
+// retry is refused (not_holder): it must go on with a new request, serve
+// none of the stranger's range, and not fail its caller.
+func TestClient_RequestIDClaimedByStranger(t *testing.T) {
+	m := memStore(t, 10, 10)
+	a := allocator.New(allocator.Config{Store: m, Logger: quiet()})
+	h := &claiming{api: httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet()})}
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() {
+		srv.Close()
+		a.Close(context.Background())
+	})
+	c := newClient(t, client.Config{URLs: []string{srv.URL}})
+	ids, err := c.NextN(context.Background(), "order", 10)
+	if err != nil {
+		t.Fatalf("NextN: %v (a request ID claimed by a stranger must cost a new request, not the caller's call)", err)
+	}
+	h.mu.Lock()
+	claimed := h.claimed
+	h.mu.Unlock()
+	if claimed == nil {
+		t.Fatal("the stranger claimed nothing: the test proves nothing")
+	}
+	for _, id := range ids {
+		if id >= claimed.First && id <= claimed.Last {
+			t.Fatalf("id %d is in the stranger's range [%d, %d]: a duplicate", id, claimed.First, claimed.Last)
+		}
 	}
 }

@@ -50,6 +50,17 @@ func (e *APIError) settled() bool {
 	return e.Code == "rolled_back" || e.Code == "tag_exhausted"
 }
 
+// notOurs reports whether the answer says that the request ID is settled
+// without a range for this client: another caller holds it, it was used for
+// another tag, or its range was given back in full.
+func (e *APIError) notOurs() bool {
+	switch e.Code {
+	case "not_holder", "request_conflict", "given_back":
+		return true
+	}
+	return false
+}
+
 // tagLoads is one tag's range requests. Loads of one buffer never overlap,
 // but a buffer made again for the tag may load beside its predecessor.
 type tagLoads struct {
@@ -177,6 +188,19 @@ func (c *Client) load(ctx context.Context, tl *tagLoads, size int64) (segment.Gr
 					"biz_tag", tl.tag, "request_id", req.id, "first", g.First, "last", g.Last)
 			}
 			return g, nil
+		case errors.As(err, &refused) && refused.notOurs():
+			// The request ID is another caller's (claimed before any
+			// attempt of ours committed: ours would carry our holder
+			// key) or its range was given back: nothing of ours is
+			// granted under it. It is settled, never resumed; go on with
+			// a new request.
+			c.cfg.Logger.Warn("request id held by another caller; going on with a new request",
+				"biz_tag", tl.tag, "request_id", req.id, "code", refused.Code)
+			if req, uncertain, err = tl.request(size); err != nil {
+				return segment.Grant{}, err
+			}
+			lastErr = refused
+			continue
 		case errors.As(err, &refused) && refused.settled():
 			if uncertain {
 				// An earlier attempt may still commit: keep its ID.
