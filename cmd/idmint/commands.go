@@ -316,7 +316,7 @@ func printUsage(w io.Writer) {
 	for _, c := range commands {
 		fmt.Fprintf(tw, "  %s\t%s\n", strings.TrimSuffix(c.line(), " [flags]"), c.synopsis)
 	}
-	fmt.Fprintf(tw, "  help [COMMAND]\t%s\n", "this text, or a command's")
+	fmt.Fprintf(tw, "  idmint help [COMMAND]\t%s\n", "this text, or a command's")
 	tw.Flush()
 	fmt.Fprintf(w, "\n%s\n\nRun 'idmint COMMAND --help' for its flags.\n", envNote)
 }
