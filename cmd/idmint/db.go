@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -51,6 +52,55 @@ type openedStore struct {
 	// firstRun is set when this open created the default SQLite file's
 	// schema: the first start of the single-machine mode.
 	firstRun bool
+	// where names the database without credentials: "SQLite PATH" or
+	// "PostgreSQL (IDMINT_DATABASE_URL)".
+	where string
+}
+
+// openForCommand opens the store for a one-shot command (tag, token,
+// standby): quietly, as logs would clutter its table, but saying on stderr
+// which database it used, so that a forgotten IDMINT_DATA_DIR that made a
+// second SQLite file is seen at once.
+func openForCommand(ctx context.Context, c storeConfig, stderr io.Writer) (*openedStore, error) {
+	store, err := openStore(ctx, c, false, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(stderr, "idmint: database %s\n", store.where)
+	return store, nil
+}
+
+// defaultFile is the SQLite file in the data directory, which it creates.
+// When it cannot, it says what to set instead: in a container run without
+// any database setting the home directory is often not writable.
+func (c storeConfig) defaultFile() (string, error) {
+	dir := c.dataDir
+	if dir == "" {
+		var err error
+		if dir, err = defaultDataDir(); err != nil {
+			return "", err
+		}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return "", fmt.Errorf("cannot create the default data directory %s (%w): set IDMINT_DATABASE_URL (postgres://…) for PostgreSQL, or IDMINT_DATA_DIR (--data-dir) to a writable directory for the SQLite file", dir, err)
+		}
+	} else if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("--data-dir %s: %w", dir, err)
+	}
+	return filepath.Join(dir, sqliteFile), nil
+}
+
+// urlSource says where the database URL came from, without its contents.
+func (c storeConfig) urlSource() string {
+	const env = "IDMINT_DATABASE_URL"
+	if v, ok := os.LookupEnv(env); ok && v == c.url {
+		return env
+	}
+	if path, ok := os.LookupEnv(env + "_FILE"); ok {
+		if b, err := os.ReadFile(path); err == nil && strings.TrimRight(string(b), "\r\n") == c.url {
+			return env + "_FILE"
+		}
+	}
+	return "--database-url"
 }
 
 // openStore opens the store c chooses and checks its schema, applying the
@@ -62,20 +112,19 @@ func openStore(ctx context.Context, c storeConfig, migrate bool, logger *slog.Lo
 		return nil, err
 	}
 	if dialect == migrations.PostgreSQL {
-		return openPostgres(ctx, c.url, migrate, logger)
+		o, err := openPostgres(ctx, c.url, migrate, logger)
+		if err != nil {
+			return nil, err
+		}
+		// The URL holds credentials: only where it came from is said.
+		o.where = "PostgreSQL (" + c.urlSource() + ")"
+		return o, nil
 	}
 	embedded := path == ""
 	if embedded {
-		dir := c.dataDir
-		if dir == "" {
-			if dir, err = defaultDataDir(); err != nil {
-				return nil, err
-			}
+		if path, err = c.defaultFile(); err != nil {
+			return nil, err
 		}
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, fmt.Errorf("data directory: %w", err)
-		}
-		path = filepath.Join(dir, sqliteFile)
 	}
 	logger.Info("single-machine mode: IDs come from a SQLite file on this machine; several idmint processes on this host may share it, other machines need PostgreSQL (--database-url postgres://…)",
 		"data", path)
@@ -88,7 +137,11 @@ func openStore(ctx context.Context, c storeConfig, migrate bool, logger *slog.Lo
 	if err != nil {
 		return nil, err
 	}
-	o := &openedStore{store: store, admin: store, tokens: store, dialect: migrations.SQLite, close: func() { store.Close() }}
+	where := "SQLite " + path
+	if abs, err := filepath.Abs(path); err == nil {
+		where = "SQLite " + abs
+	}
+	o := &openedStore{store: store, admin: store, tokens: store, dialect: migrations.SQLite, close: func() { store.Close() }, where: where}
 	if err := o.checkSchema(ctx, store.DB(), true, logger); err != nil {
 		store.Close()
 		return nil, err
@@ -190,7 +243,7 @@ func defaultDataDir() (string, error) {
 	}
 	home, err := os.UserHomeDir()
 	if err != nil {
-		return "", fmt.Errorf("no data directory for the SQLite file (%w): set --data-dir or IDMINT_DATA_DIR", err)
+		return "", fmt.Errorf("no data directory for the SQLite file (%w): set IDMINT_DATABASE_URL (postgres://…) for PostgreSQL, or IDMINT_DATA_DIR (--data-dir) for the SQLite file", err)
 	}
 	return filepath.Join(home, ".local", "share", "idmint"), nil
 }

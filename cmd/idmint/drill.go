@@ -36,13 +36,12 @@ func (l *stringList) Set(v string) error {
 // violations, or proved nothing.
 var errDrillFailed = errors.New("drill failed")
 
-// runDrill asks running instances for IDs from many clients for a while,
+// drillFlags is `idmint drill`: it asks running instances for IDs from many clients for a while,
 // checks every acknowledged ID with internal/checker and prints its report.
 // Inject faults meanwhile (kill an instance, restart the database); the
 // drill fails if any ID came back twice.
-func runDrill(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func drillFlags(fs *flag.FlagSet) runFunc {
 	var targets, tags stringList
-	fs := newFlagSet("drill", "idmint drill --target URL [--target URL …] [flags]", stderr)
 	fs.Var(&targets, "target", "base URL of an idmint instance, e.g. http://127.0.0.1:8080 (repeat, or comma-separate)")
 	fs.Var(&tags, "biz-tag", "tag to ask for (repeat, or comma-separate; default order)")
 	duration := fs.Duration("duration", 30*time.Second, "how long to run")
@@ -51,47 +50,53 @@ func runDrill(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	timeout := fs.Duration("request-timeout", 10*time.Second, "bound on one request")
 	snowflakeIDs := fs.Bool("snowflake", false, "ask for Snowflake ids (/snowflake, or /snowflakes with --count) instead of a tag's")
 	token := fs.String("token", "", "bearer token with an ID scope, for instances serving with --auth token")
-	if err := parseNoArgs(fs, args, stderr); err != nil {
-		return err
-	}
-	if len(tags) == 0 {
-		tags = stringList{"order"}
-	}
-	if *snowflakeIDs {
-		tags = stringList{snowflakeTag}
-	}
-	if len(targets) == 0 || *concurrency < 1 || *count < 1 || *duration <= 0 {
-		fs.Usage()
-		return errUsage
-	}
-	for _, t := range targets {
-		if u, err := url.Parse(t); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("--target %q: want a base URL like http://127.0.0.1:8080", t)
+	return func(ctx context.Context, out output, _ []string) error {
+		stdout := out.stdout
+		if len(tags) == 0 {
+			tags = stringList{"order"}
 		}
-	}
+		if *snowflakeIDs {
+			tags = stringList{snowflakeTag}
+		}
+		switch {
+		case len(targets) == 0:
+			return usageError{"missing --target"}
+		case *concurrency < 1:
+			return usageError{fmt.Sprintf("--concurrency %d: want at least 1", *concurrency)}
+		case *count < 1:
+			return usageError{fmt.Sprintf("--count %d: want at least 1", *count)}
+		case *duration <= 0:
+			return usageError{fmt.Sprintf("--duration %v: want more than 0", *duration)}
+		}
+		for _, t := range targets {
+			if u, err := url.Parse(t); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return fmt.Errorf("--target %q: want a base URL like http://127.0.0.1:8080", t)
+			}
+		}
 
-	ctx, cancel := context.WithTimeout(ctx, *duration)
-	defer cancel()
-	client := &http.Client{Timeout: *timeout}
-	if *token != "" {
-		client.Transport = bearer{token: *token, next: http.DefaultTransport}
+		ctx, cancel := context.WithTimeout(ctx, *duration)
+		defer cancel()
+		client := &http.Client{Timeout: *timeout}
+		if *token != "" {
+			client.Transport = bearer{token: *token, next: http.DefaultTransport}
+		}
+		d := newDrillRun(client, *count)
+		fmt.Fprintf(stdout, "drill: %d clients against %d targets, biz_tag %s, for %v\n", *concurrency, len(targets), tags.String(), *duration)
+		for w := range *concurrency {
+			target := strings.TrimRight(targets[w%len(targets)], "/")
+			tag := tags[(w/len(targets))%len(tags)]
+			d.client(ctx, fmt.Sprintf("client-%d@%s", w, target), target, tag)
+		}
+		<-ctx.Done()
+		d.wait()
+		r := d.checker.Report()
+		fmt.Fprint(stdout, r)
+		d.printTargets(stdout)
+		if !r.Valid() || r.IDs() == 0 {
+			return errDrillFailed
+		}
+		return nil
 	}
-	d := newDrillRun(client, *count)
-	fmt.Fprintf(stdout, "drill: %d clients against %d targets, biz_tag %s, for %v\n", *concurrency, len(targets), tags.String(), *duration)
-	for w := range *concurrency {
-		target := strings.TrimRight(targets[w%len(targets)], "/")
-		tag := tags[(w/len(targets))%len(tags)]
-		d.client(ctx, fmt.Sprintf("client-%d@%s", w, target), target, tag)
-	}
-	<-ctx.Done()
-	d.wait()
-	r := d.checker.Report()
-	fmt.Fprint(stdout, r)
-	d.printTargets(stdout)
-	if !r.Valid() || r.IDs() == 0 {
-		return errDrillFailed
-	}
-	return nil
 }
 
 // drillRun drives clients against idmint instances and records every

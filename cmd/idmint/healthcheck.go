@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -9,34 +10,34 @@ import (
 	"time"
 )
 
-// runHealthcheck exits 0 when /id/health answers 200: a container health
-// check that needs no shell or curl in the image. It finds the instance
-// where serve listens: --listen (IDMINT_LISTEN), as serve reads it, unless
-// --healthcheck-url names the endpoint.
-func runHealthcheck(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("healthcheck", "idmint healthcheck [--listen ADDR] [--healthcheck-url URL] [--healthcheck-timeout D] [--token T]", stderr)
+// healthcheckFlags is `idmint healthcheck`: exit 0 when /id/health answers
+// 200, a container health check that needs no shell or curl in the image.
+func healthcheckFlags(fs *flag.FlagSet) runFunc {
 	listen := fs.String("listen", ":8080", "the address serve listens on (the same flag and IDMINT_LISTEN as serve)")
 	url := fs.String("healthcheck-url", "", "health endpoint to check (default: /id/health at --listen, on loopback)")
 	timeout := fs.Duration("healthcheck-timeout", 3*time.Second, "longest the check may take")
 	token := fs.String("token", "", "bearer token, when serve runs with --protect-monitoring")
-	if err := parseNoArgs(fs, args, stderr); err != nil {
-		return err
+	return func(ctx context.Context, out output, _ []string) error {
+		return healthcheck(ctx, out.stdout, *listen, *url, *timeout, *token)
 	}
-	target := *url
+}
+
+func healthcheck(ctx context.Context, stdout io.Writer, listen, url string, timeout time.Duration, token string) error {
+	target := url
 	if target == "" {
 		var err error
-		if target, err = healthURL(*listen); err != nil {
+		if target, err = healthURL(listen); err != nil {
 			return err
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
 	if err != nil {
 		return fmt.Errorf("healthcheck: %w", err)
 	}
-	if *token != "" {
-		req.Header.Set("Authorization", "Bearer "+*token)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -9,6 +9,10 @@
 //	idmint tag list
 //	idmint tag set-step order 5000
 //	idmint tag bump order --to 1000000
+//	idmint help [COMMAND]             every command, or one's flags
+//
+// The commands are one table (commands.go): dispatch, --help, usage errors
+// and docs/cli.md all come from it.
 //
 // Every flag can also be set by an IDMINT_* environment variable: --listen is
 // IDMINT_LISTEN, --database-url is IDMINT_DATABASE_URL. A flag given on the

@@ -7,15 +7,17 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"strings"
 )
 
-// errUsage is returned after usage was printed; main exits 2 without more.
+// errUsage is returned after a usage error was said; main exits 2 without
+// more.
 var errUsage = errors.New("usage")
 
-// errHelp is returned by parseFlags after -h or --help printed the usage:
-// run turns it into success.
+// errHelp is returned by parseFlags for -h or --help: the dispatcher prints
+// the usage on stdout and succeeds.
 var errHelp = errors.New("help")
 
 func exitCode(err error) int {
@@ -25,81 +27,15 @@ func exitCode(err error) int {
 	return 1
 }
 
-const usage = `idmint hands out unique 64-bit IDs per business tag, backed by PostgreSQL
-or, with no --database-url, by a SQLite file on this machine (--data-dir).
-
-Usage:
-  idmint serve [flags]                   run the HTTP service
-  idmint migrate [flags]                 apply database migrations
-  idmint tag create NAME [--step N] [--max-step N] [--start N] [--description S]
-  idmint tag list
-  idmint tag set-step NAME STEP [--max-step N]
-  idmint tag bump NAME (--to N | --by N)  raise max_id after a database restore
-                                         (tag commands work on the database, or on a
-                                         running instance with --server URL --token T)
-  idmint token create --name NAME --scope SCOPE [--scope SCOPE …]
-                                         make a bearer token (printed once)
-  idmint token list
-  idmint token revoke ID
-  idmint standby list | forget NAME      the standbys that hold new segments back (PostgreSQL)
-  idmint healthcheck [--listen ADDR] [--healthcheck-url URL]
-                                         exit 0 if /id/health answers 200
-  idmint drill --target URL [--target URL …] [--biz-tag T | --snowflake] [--duration D] [--concurrency N]
-                                         ask instances for IDs, check none repeats
-  idmint snowflake parse ID [--snowflake-bits B] [--snowflake-epoch T]
-                                         decode a snowflake id: time, worker id, sequence
-  idmint version
-
-Every flag has an environment equivalent: --database-url is IDMINT_DATABASE_URL,
---listen is IDMINT_LISTEN, and so on. Run "idmint COMMAND -h" for its flags.
-`
-
 // run is the whole program; main only wires it to the process.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	err := dispatch(ctx, args, stdout, stderr)
-	if errors.Is(err, errHelp) {
-		return nil // the usage asked for is printed
-	}
-	return err
-}
-
-func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return errUsage
-	}
-	switch cmd, rest := args[0], args[1:]; cmd {
-	case "serve":
-		return runServe(ctx, rest, stdout, stderr)
-	case "migrate":
-		return runMigrate(ctx, rest, stdout, stderr)
-	case "tag":
-		return runTag(ctx, rest, stdout, stderr)
-	case "token":
-		return runToken(ctx, rest, stdout, stderr)
-	case "standby":
-		return runStandby(ctx, rest, stdout, stderr)
-	case "healthcheck":
-		return runHealthcheck(ctx, rest, stdout, stderr)
-	case "drill":
-		return runDrill(ctx, rest, stdout, stderr)
-	case "snowflake":
-		return runSnowflake(ctx, rest, stdout, stderr)
-	case "version":
-		fmt.Fprintln(stdout, "idmint", version())
-		return nil
-	case "-h", "--help", "help":
-		fmt.Fprint(stdout, usage)
-		return nil
-	default:
-		fmt.Fprintf(stderr, "idmint: unknown command %q\n\n%s", cmd, usage)
-		return errUsage
-	}
+	return dispatch(ctx, args, stdout, stderr)
 }
 
 // parseFlags parses args, then fills every flag not given on the command
 // line from its IDMINT_* environment variable. Positional arguments may come
-// before, between or after flags; they are returned in order.
+// before, between or after flags; they are returned in order. A flag the
+// command line gets wrong is a usageError.
 func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 	var positional []string
 	for {
@@ -107,7 +43,7 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 			if errors.Is(err, flag.ErrHelp) {
 				return nil, errHelp
 			}
-			return nil, errUsage
+			return nil, usageError{err.Error()}
 		}
 		if fs.NArg() == 0 {
 			break
@@ -153,21 +89,6 @@ func setFromFile(fs *flag.FlagSet, flagName, env, path string) error {
 	return nil
 }
 
-// parseNoArgs is parseFlags for a command that takes no positional
-// argument: a stray one is a usage error, not silently ignored.
-func parseNoArgs(fs *flag.FlagSet, args []string, stderr io.Writer) error {
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		fmt.Fprintf(stderr, "idmint %s: unexpected argument %q\n\n", fs.Name(), truncateArg(pos[0]))
-		fs.Usage()
-		return errUsage
-	}
-	return nil
-}
-
 // truncateArg keeps an echoed argument short.
 func truncateArg(s string) string {
 	if len(s) > 80 {
@@ -180,26 +101,38 @@ func envName(flagName string) string {
 	return "IDMINT_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// newFlagSet returns a flag set whose usage names its environment variables.
-func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: %s\n\nFlags (environment variable in brackets; its _FILE form reads the value from a file):\n", synopsis)
-		fs.VisitAll(func(f *flag.Flag) {
-			def := ""
-			if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
-				def = fmt.Sprintf(" (default %s)", f.DefValue)
-			}
-			fmt.Fprintf(stderr, "  --%s [%s]\n      %s%s\n", f.Name, envName(f.Name), f.Usage, def)
-		})
-	}
-	return fs
-}
-
+// version is the module version this binary was built as.
 func version() string {
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
 		return bi.Main.Version
 	}
 	return "(devel)"
+}
+
+// versionFlags is `idmint version`: the module version, the VCS revision
+// it was built from (and whether the tree had changes), and the Go version.
+func versionFlags(*flag.FlagSet) runFunc {
+	return func(_ context.Context, out output, _ []string) error {
+		fmt.Fprint(out.stdout, versionText(debug.ReadBuildInfo()))
+		return nil
+	}
+}
+
+func versionText(bi *debug.BuildInfo, ok bool) string {
+	v, rev, modified, goVersion := "(devel)", "unknown", "", runtime.Version()
+	if ok {
+		if bi.Main.Version != "" {
+			v = bi.Main.Version
+		}
+		goVersion = bi.GoVersion
+		for _, s := range bi.Settings {
+			switch {
+			case s.Key == "vcs.revision":
+				rev = s.Value
+			case s.Key == "vcs.modified" && s.Value == "true":
+				modified = " (modified)"
+			}
+		}
+	}
+	return fmt.Sprintf("idmint %s\nrevision %s%s\n%s\n", v, rev, modified, goVersion)
 }

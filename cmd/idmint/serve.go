@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -11,7 +12,6 @@ import (
 	"os"
 	"runtime/pprof"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/idmint/idmint/allocator"
@@ -49,6 +49,7 @@ type accessConfig struct {
 	addressRate       float64
 	rangeRate         float64
 	readTimeout       time.Duration
+	tokenMaxStale     time.Duration
 }
 
 func (a *accessConfig) register(fs *flag.FlagSet) {
@@ -58,36 +59,55 @@ func (a *accessConfig) register(fs *flag.FlagSet) {
 	fs.Float64Var(&a.addressRate, "ids-per-second-per-address", 0, "IDs per second each client address may take with --auth open (0: unlimited; behind a proxy all clients share its address)")
 	fs.Float64Var(&a.rangeRate, "range-grants-per-second", 20, "range requests (POST /v1/segments and its give-back, each a database write) per second each client address (--auth open) or token (--auth token) may make, burst twice that (0: unlimited)")
 	fs.DurationVar(&a.readTimeout, "read-timeout", 10*time.Second, "longest a client may take to send a whole request (slow clients are disconnected)")
+	fs.DurationVar(&a.tokenMaxStale, "token-max-stale", httpapi.DefaultMaxStale, fmt.Sprintf("while the token store cannot be read, how long the tokens last read are still trusted; past it every token is refused with 503 (at least %v, the refresh interval, at most %v): a revocation takes effect within it whatever happens to the store", minTokenMaxStale, maxTokenMaxStale))
+}
+
+// The bounds of --token-max-stale: tokens are read again every second, and
+// a revoked token must not be trusted for long.
+const (
+	minTokenMaxStale = time.Second
+	maxTokenMaxStale = time.Hour
+)
+
+// validate checks the access flags before anything is opened.
+func (a *accessConfig) validate() error {
+	mode := httpapi.AuthMode(a.auth)
+	if mode != httpapi.AuthOpen && mode != httpapi.AuthToken {
+		return fmt.Errorf("--auth %q: want open or token", truncateArg(a.auth))
+	}
+	if !(a.rangeRate >= 0) || math.IsInf(a.rangeRate, 1) {
+		return fmt.Errorf("--range-grants-per-second %v: want 0 (unlimited) or a positive number", a.rangeRate)
+	}
+	if a.tokenMaxStale < minTokenMaxStale || a.tokenMaxStale > maxTokenMaxStale {
+		return fmt.Errorf("--token-max-stale %v: want %v to %v", a.tokenMaxStale, minTokenMaxStale, maxTokenMaxStale)
+	}
+	return nil
 }
 
 func (a *accessConfig) httpConfig(tokens httpapi.TokenLister) (httpapi.AuthConfig, httpapi.Limits, error) {
-	mode := httpapi.AuthMode(a.auth)
-	if mode != httpapi.AuthOpen && mode != httpapi.AuthToken {
-		return httpapi.AuthConfig{}, httpapi.Limits{}, fmt.Errorf("--auth %q: want open or token", truncateArg(a.auth))
+	if err := a.validate(); err != nil {
+		return httpapi.AuthConfig{}, httpapi.Limits{}, err
 	}
-	if !(a.rangeRate >= 0) || math.IsInf(a.rangeRate, 1) {
-		return httpapi.AuthConfig{}, httpapi.Limits{}, fmt.Errorf("--range-grants-per-second %v: want 0 (unlimited) or a positive number", a.rangeRate)
-	}
-	return httpapi.AuthConfig{Tokens: tokens, IDs: mode, ProtectMonitoring: a.protectMonitoring},
+	return httpapi.AuthConfig{Tokens: tokens, IDs: httpapi.AuthMode(a.auth), ProtectMonitoring: a.protectMonitoring, MaxStale: a.tokenMaxStale},
 		httpapi.Limits{IDsPerSecondPerToken: a.tokenRate, IDsPerSecondPerAddress: a.addressRate,
 			RangeGrantsPerSecond: a.rangeRate, ReadTimeout: a.readTimeout}, nil
 }
 
-func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// serveFlags is `idmint serve`.
+func serveFlags(fs *flag.FlagSet) runFunc {
 	var c serveConfig
-	fs := newFlagSet("serve", "idmint serve [flags]", stderr)
 	c.store.register(fs)
 	fs.Var(&c.tags, "tag", "create these tags at start if missing, with the default step (repeat or comma-separate)")
 	fs.StringVar(&c.listen, "listen", ":8080", "HTTP listen address")
 	fs.BoolVar(&c.migrate, "migrate", false, "apply database migrations before serving (a SQLite file is always migrated)")
-	fs.StringVar(&c.instance, "instance", defaultInstance(), "name of this instance in the segment log and /id/health")
+	fs.StringVar(&c.instance, "instance", "", "name of this instance in the segment log and /id/health (default HOST-PID)")
 	fs.IntVar(&c.maxCount, "max-count", 1000, "largest count accepted by /ids")
 	fs.DurationVar(&c.requestTimeout, "request-timeout", 5*time.Second, "longest time one HTTP request may take")
 	fs.DurationVar(&c.period, "segment-period", 15*time.Minute, "target life of one segment: the dynamic step aims for it")
 	fs.Float64Var(&c.threshold, "prefetch-threshold", 0.1, "used fraction of a segment that starts fetching the next one")
 	fs.DurationVar(&c.waitTimeout, "wait-timeout", 2*time.Second, "longest a request waits for a segment when both buffers are empty")
 	fs.DurationVar(&c.loadTimeout, "load-timeout", 10*time.Second, "longest one segment load may retry")
-	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "longest graceful shutdown waits for in-flight requests")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "longest graceful shutdown waits for in-flight requests, and again for the rest to stop")
 	fs.DurationVar(&c.pruneAfter, "prune-after", 7*24*time.Hour, fmt.Sprintf("delete segment-log rows older than this (0 keeps them; at least %v)", minPruneAfter))
 	fs.BoolVar(&c.accessLog, "access-log", false, "log one line per HTTP request (off by default: it costs more than the ID)")
 	fs.StringVar(&c.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run to this file (for go tool pprof)")
@@ -97,35 +117,64 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	c.log.register(fs)
 	c.snowflake.register(fs)
 	c.access.register(fs)
-	if err := parseNoArgs(fs, args, stderr); err != nil {
-		return err
+	return func(ctx context.Context, out output, _ []string) error {
+		if c.maxCount < 1 || c.maxCount > allocator.MaxN {
+			return fmt.Errorf("--max-count %d: want 1 to %d", c.maxCount, allocator.MaxN)
+		}
+		if c.pruneAfter != 0 && c.pruneAfter < minPruneAfter {
+			return fmt.Errorf("--prune-after %v: want 0 (keep every row) or at least %v: a lost reply is settled by looking its request up in the segment log", c.pruneAfter, minPruneAfter)
+		}
+		if err := c.access.validate(); err != nil {
+			return err
+		}
+		var err error
+		if c.replication.Required, err = allocator.ParseReplicas(*replicas); err != nil {
+			return fmt.Errorf("--replicas-required: %w", err)
+		}
+		if c.replication.Ack, err = allocator.ParseReplicaAck(*ack); err != nil {
+			return fmt.Errorf("--replica-ack: %w", err)
+		}
+		if c.instance == "" {
+			c.instance = defaultInstance()
+		}
+		logger, err := c.log.logger(out.stderr)
+		if err != nil {
+			return err
+		}
+		return serve(ctx, c, logger)
 	}
-	if c.maxCount < 1 || c.maxCount > allocator.MaxN {
-		return fmt.Errorf("--max-count %d: want 1 to %d", c.maxCount, allocator.MaxN)
-	}
-	if c.pruneAfter != 0 && c.pruneAfter < minPruneAfter {
-		return fmt.Errorf("--prune-after %v: want 0 (keep every row) or at least %v: a lost reply is settled by looking its request up in the segment log", c.pruneAfter, minPruneAfter)
-	}
-	var err error
-	if c.replication.Required, err = allocator.ParseReplicas(*replicas); err != nil {
-		return fmt.Errorf("--replicas-required: %w", err)
-	}
-	if c.replication.Ack, err = allocator.ParseReplicaAck(*ack); err != nil {
-		return fmt.Errorf("--replica-ack: %w", err)
-	}
-	logger, err := c.log.logger(stderr)
-	if err != nil {
-		return err
-	}
-	return serve(ctx, c, logger)
 }
 
-func serve(ctx context.Context, c serveConfig, logger *slog.Logger) error {
+// serve starts everything in order, pushing each part on a stack once it
+// started, and stops them through that stack in reverse order, on shutdown
+// and on every error alike: the Snowflake lease is released, the allocator
+// gives its segments back before the store closes, and the listener closes.
+func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) {
+	var started stack
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
+		defer cancel()
+		started.close(cctx, logger)
+		logger.Info("idmint stopped")
+	}()
+
+	// Listen first: a port in use is said before migrations run or a
+	// worker ID is leased.
+	ln, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", c.listen, err)
+	}
+	started.push("listener", func(context.Context) error {
+		if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			return err
+		}
+		return nil
+	})
 	store, err := openStore(ctx, c.store, c.migrate, logger)
 	if err != nil {
 		return err
 	}
-	defer store.close()
+	started.push("store", func(context.Context) error { store.close(); return nil })
 	auth, limits, err := c.access.httpConfig(store.tokens)
 	if err != nil {
 		return err
@@ -158,10 +207,18 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) error {
 			OnLoad:      metrics.ObserveLoad,
 		},
 	})
+	started.push("allocator", alloc.Close)
 	node, err := startSnowflake(ctx, c.snowflake, store, c.instance, logger)
 	if err != nil {
-		alloc.Close(ctx)
 		return err
+	}
+	if node != nil {
+		started.push("snowflake worker id", func(ctx context.Context) error {
+			if err := node.Close(ctx); err != nil {
+				return fmt.Errorf("not released; it frees up when its lease expires: %w", err)
+			}
+			return nil
+		})
 	}
 	api := httpapi.NewServer(httpapi.Config{
 		Allocator:      alloc,
@@ -179,51 +236,40 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) error {
 	})
 	srv := api.HTTPServer()
 	srv.ErrorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
-	ln, err := net.Listen("tcp", c.listen)
-	if err != nil {
-		closeSnowflake(ctx, node, logger)
-		alloc.Close(ctx)
-		return fmt.Errorf("listen on %s: %w", c.listen, err)
-	}
-	logger.Info("idmint serving", "listen", ln.Addr().String(), "instance", c.instance, "version", version(),
-		"auth", auth.IDs, "protect_monitoring", auth.ProtectMonitoring)
 	if c.cpuProfile != "" {
 		stop, err := startCPUProfile(c.cpuProfile)
 		if err != nil {
-			ln.Close()
-			alloc.Close(ctx)
 			return err
 		}
-		defer stop()
+		started.push("cpu profile", func(context.Context) error { stop(); return nil })
 	}
-
-	var wg sync.WaitGroup
-	bg, stopBG := context.WithCancel(context.Background())
 	if p, ok := store.store.(pruner); ok && c.pruneAfter > 0 {
-		wg.Go(func() { prune(bg, p, c.pruneAfter, logger) })
+		bg, stopBG := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			prune(bg, p, c.pruneAfter, logger)
+		}()
+		started.push("segment-log pruning", func(context.Context) error { stopBG(); <-done; return nil })
 	}
 
+	logger.Info("idmint serving", "listen", ln.Addr().String(), "instance", c.instance, "version", version(),
+		"auth", auth.IDs, "protect_monitoring", auth.ProtectMonitoring)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	select {
 	case err = <-serveErr:
-		err = fmt.Errorf("http server: %w", err)
+		return fmt.Errorf("http server: %w", err)
 	case <-ctx.Done():
-		logger.Info("shutting down: draining in-flight requests", "timeout", c.shutdownTimeout)
-		sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
-		if e := srv.Shutdown(sctx); e != nil {
-			logger.Warn("graceful shutdown cut short", "err", e)
-		}
-		cancel()
 	}
-	stopBG()
-	wg.Wait()
-	cctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
+	logger.Info("shutting down: draining in-flight requests", "timeout", c.shutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
 	defer cancel()
-	closeSnowflake(cctx, node, logger)
-	alloc.Close(cctx)
-	logger.Info("idmint stopped")
-	return err
+	if e := srv.Shutdown(sctx); e != nil {
+		logger.Warn("graceful shutdown cut short", "err", e)
+	}
+	<-serveErr // Serve returns at once when Shutdown starts
+	return nil
 }
 
 // minPruneAfter is the shortest --prune-after: a lost reply is settled by

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"time"
 
@@ -83,39 +82,23 @@ func startSnowflake(ctx context.Context, c snowflakeConfig, store *openedStore, 
 	})
 }
 
-// runSnowflake is `idmint snowflake parse ID`.
-func runSnowflake(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	const synopsis = "idmint snowflake parse ID [--snowflake-bits B] [--snowflake-epoch T]"
-	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-		fmt.Fprintf(stdout, "Usage: %s\n", synopsis)
-		return nil
-	}
-	if len(args) == 0 || args[0] != "parse" {
-		fmt.Fprintf(stderr, "Usage: %s\n", synopsis)
-		return errUsage
-	}
+// snowflakeParseFlags is `idmint snowflake parse ID`.
+func snowflakeParseFlags(fs *flag.FlagSet) runFunc {
 	var c snowflakeConfig
-	fs := newFlagSet("snowflake parse", synopsis, stderr)
 	c.registerLayout(fs)
-	pos, err := parseFlags(fs, args[1:])
-	if err != nil {
-		return err
+	return func(_ context.Context, out output, args []string) error {
+		layout, err := c.layout()
+		if err != nil {
+			return err
+		}
+		p, err := httpapi.ParseSnowflake(layout, args[0])
+		if err != nil {
+			return err
+		}
+		enc := json.NewEncoder(out.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(p)
 	}
-	if len(pos) != 1 {
-		fs.Usage()
-		return errUsage
-	}
-	layout, err := c.layout()
-	if err != nil {
-		return err
-	}
-	p, err := httpapi.ParseSnowflake(layout, pos[0])
-	if err != nil {
-		return err
-	}
-	enc := json.NewEncoder(stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(p)
 }
 
 // snowflakeAPI is node for httpapi.Config: a nil node is no Snowflake.
@@ -124,14 +107,4 @@ func snowflakeAPI(node *snowflake.Node) httpapi.Snowflake {
 		return nil
 	}
 	return node
-}
-
-// closeSnowflake releases the worker ID, if any, after the last request.
-func closeSnowflake(ctx context.Context, node *snowflake.Node, logger *slog.Logger) {
-	if node == nil {
-		return
-	}
-	if err := node.Close(ctx); err != nil {
-		logger.Warn("snowflake: worker id not released; it frees up when its lease expires", "err", err)
-	}
 }

@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -12,20 +12,6 @@ import (
 
 	"github.com/idmint/idmint/allocator"
 )
-
-const tokenUsage = `Usage:
-  idmint token create --name NAME --scope SCOPE [--scope SCOPE …] [--rate IDS_PER_SECOND]
-  idmint token list
-  idmint token revoke ID
-
-Scopes: admin (the /v1 admin API), monitor (/metrics, /id/health and
-/id/dashboard under --protect-monitoring), ids (IDs of every tag), ids:TAG
-(IDs of one tag), ids:PREFIX* (IDs of the tags starting with PREFIX).
---rate bounds the IDs the token may take per second (/ids counts its count),
-above or below serve's --ids-per-second-per-token, which bounds the tokens
-made without it. The token is printed once; only its hash is stored. Give it to the caller as
-"Authorization: Bearer idm_…". A revoked token stops working within a second.
-`
 
 // scopeList is a flag that may be repeated or comma-separated.
 type scopeList []string
@@ -41,50 +27,44 @@ func (l *scopeList) Set(v string) error {
 	return nil
 }
 
-func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, tokenUsage)
-		return errUsage
-	}
-	sub, args := args[0], args[1:]
-	switch sub {
-	case "-h", "--help", "help":
-		fmt.Fprint(stdout, tokenUsage)
-		return nil
-	case "create", "list", "revoke":
-	default:
-		fmt.Fprintf(stderr, "idmint token: unknown subcommand %q\n\n%s", truncateArg(sub), tokenUsage)
-		return errUsage
-	}
-	fs := newFlagSet("token "+sub, "idmint token "+sub+" …", stderr)
+// tokenFlags registers the store flags and returns a run that opens the
+// store (saying which on stderr) and calls do.
+func tokenFlags(fs *flag.FlagSet, do func(ctx context.Context, tokens allocator.TokenStore, out output, args []string) error) runFunc {
 	var sc storeConfig
 	sc.register(fs)
+	return func(ctx context.Context, out output, args []string) error {
+		store, err := openForCommand(ctx, sc, out.stderr)
+		if err != nil {
+			return err
+		}
+		defer store.close()
+		return do(ctx, store.tokens, out, args)
+	}
+}
+
+func tokenCreateFlags(fs *flag.FlagSet) runFunc {
 	var (
 		name   string
 		scopes scopeList
 		rate   float64
 	)
-	want := 0
-	switch sub {
-	case "create":
-		fs.StringVar(&name, "name", "", "who or what the token is for (required)")
-		fs.Var(&scopes, "scope", "admin, monitor, ids, ids:TAG or ids:PREFIX* (repeat or comma-separate; required)")
-		fs.Float64Var(&rate, "rate", 0, "IDs per second this token may take (0: serve's --ids-per-second-per-token)")
-	case "revoke":
-		want = 1
-	}
-	pos, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != want {
-		fmt.Fprint(stderr, tokenUsage)
-		return errUsage
-	}
+	fs.StringVar(&name, "name", "", "who or what the token is for (required)")
+	fs.Var(&scopes, "scope", "admin, monitor, ids, ids:TAG or ids:PREFIX* (repeat or comma-separate; required)")
+	fs.Float64Var(&rate, "rate", 0, "IDs per second this token may take (0: serve's --ids-per-second-per-token)")
 	var tok allocator.Token
 	var bearer string
-	if sub == "create" {
+	run := tokenFlags(fs, func(ctx context.Context, tokens allocator.TokenStore, out output, _ []string) error {
+		created, err := tokens.CreateToken(ctx, tok)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out.stderr, "token %s (%s) created with scopes %s; it is shown once, keep it now:\n", created.ID, created.Name, strings.Join(created.Scopes, " "))
+		fmt.Fprintln(out.stdout, bearer)
+		return nil
+	})
+	return func(ctx context.Context, out output, args []string) error {
 		// Check before touching the database.
+		var err error
 		if tok, bearer, err = allocator.NewToken(name, scopes); err != nil {
 			return err
 		}
@@ -92,33 +72,30 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 		tok.IDsPerSecond = rate
+		return run(ctx, out, args)
 	}
-	store, err := openStore(ctx, sc, false, slog.New(slog.DiscardHandler))
-	if err != nil {
-		return err
-	}
-	defer store.close()
-	switch sub {
-	case "create":
-		if tok, err = store.tokens.CreateToken(ctx, tok); err != nil {
-			return err
-		}
-		fmt.Fprintf(stderr, "token %s (%s) created with scopes %s; it is shown once, keep it now:\n", tok.ID, tok.Name, strings.Join(tok.Scopes, " "))
-		fmt.Fprintln(stdout, bearer)
-	case "list":
-		tokens, err := store.tokens.ListTokens(ctx)
+}
+
+func tokenListFlags(fs *flag.FlagSet) runFunc {
+	return tokenFlags(fs, func(ctx context.Context, tokens allocator.TokenStore, out output, _ []string) error {
+		list, err := tokens.ListTokens(ctx)
 		if err != nil {
 			return err
 		}
-		printTokens(stdout, tokens)
-	case "revoke":
-		t, err := store.tokens.RevokeToken(ctx, pos[0])
+		printTokens(out.stdout, list)
+		return nil
+	})
+}
+
+func tokenRevokeFlags(fs *flag.FlagSet) runFunc {
+	return tokenFlags(fs, func(ctx context.Context, tokens allocator.TokenStore, out output, args []string) error {
+		t, err := tokens.RevokeToken(ctx, args[0])
 		if err != nil {
 			return err
 		}
-		printTokens(stdout, []allocator.Token{t})
-	}
-	return nil
+		printTokens(out.stdout, []allocator.Token{t})
+		return nil
+	})
 }
 
 func printTokens(w io.Writer, tokens []allocator.Token) {
