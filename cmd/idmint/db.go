@@ -159,10 +159,7 @@ func openPostgres(ctx context.Context, url string, migrate bool, logger *slog.Lo
 	}
 	// A database that cannot be reached is said so, not taken for one
 	// that lacks its schema.
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	err = store.Ping(pctx)
-	cancel()
-	if err != nil {
+	if err := pingUntil(ctx, store, 10*time.Second); err != nil {
 		store.Close()
 		return nil, fmt.Errorf("cannot reach the database: %w", err)
 	}
@@ -174,6 +171,29 @@ func openPostgres(ctx context.Context, url string, migrate bool, logger *slog.Lo
 		return nil, err
 	}
 	return o, nil
+}
+
+// pingUntil pings the store until it answers or limit passed. One ping is
+// one connection attempt per host, each bounded by the URL's connect
+// timeout (1 s per host of a multi-host URL): a server in the middle of a
+// failover, or one too loaded to finish authentication in time, would fail
+// a start that a second later succeeds.
+func pingUntil(ctx context.Context, store *allocator.Postgres, limit time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	pause := 100 * time.Millisecond
+	for {
+		err := store.Ping(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, time.Second)
+	}
 }
 
 // checkSchema applies the migrations if migrate is set, then checks that the
