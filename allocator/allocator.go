@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"math/rand/v2"
 	"sort"
 	"sync"
@@ -103,29 +102,23 @@ type forgotten struct {
 type Allocator struct {
 	cfg Config
 
-	mu sync.RWMutex // protects buffers, unknown, pending, highest, gaps and closed
-	// buffers holds one buffer per tag being served; unknown the tags
-	// forgotten for a while (see forgotten).
-	buffers map[string]*segment.Buffer
-	unknown map[string]forgotten
+	mu sync.RWMutex // protects tags (and every tagState in it), nForgotten and closed
+	// tags holds the state of each tag asked for here: its buffer or why
+	// it has none, its unsettled requests, its floor and its gaps (see
+	// tagState).
+	tags map[string]*tagState
+	// nForgotten counts the tags remembered as forgotten, at most
+	// maxUnknown.
+	nForgotten int
+	closed     bool
 	// closing tracks the buffers forget closes in the background; Close
 	// waits for them.
 	closing sync.WaitGroup
-	// pending holds each tag's unsettled requests, oldest first.
-	pending map[string][]*pendingRequest
-	// highest is the highest ID granted per tag: the Floor of the tag's
-	// next requests, so that a rolled-back store raises max_id back to it.
-	highest map[string]int64
-	// gaps counts per tag the IDs abandoned outside the tag's buffer: ranges
-	// of dropped buffers and ranges found only after the tag moved past
-	// them. Stats adds them to the buffer's Abandoned.
-	gaps   map[string]int64
-	closed bool
 
-	// hot serves known tags without the lock: an immutable copy of buffers,
-	// replaced (never modified) under mu. A tag missing from it is looked up
-	// under mu; once those misses add up to the size of the copy, the next
-	// one publishes a new copy, so a burst of new tags costs amortised O(1)
+	// hot serves known tags without the lock: an immutable copy of the
+	// tags' buffers, replaced (never modified) under mu. A tag missing from
+	// it is looked up under mu; once those misses add up to the size of the
+	// copy, the next one publishes a new copy, so a burst of new tags costs amortised O(1)
 	// each, as in sync.Map. A forgotten buffer leaves the copy at once;
 	// Close empties it.
 	hot        atomic.Pointer[segment.Index]
@@ -141,12 +134,8 @@ type Allocator struct {
 func New(cfg Config) *Allocator {
 	cfg.setDefaults()
 	a := &Allocator{
-		cfg:     cfg,
-		buffers: map[string]*segment.Buffer{},
-		unknown: map[string]forgotten{},
-		pending: map[string][]*pendingRequest{},
-		highest: map[string]int64{},
-		gaps:    map[string]int64{},
+		cfg:  cfg,
+		tags: map[string]*tagState{},
 	}
 	if l, ok := cfg.Store.(TagLister); ok {
 		a.catalog = &catalog{lister: l, interval: cfg.CatalogInterval, timeout: cfg.AttemptTimeout, now: cfg.Now}
@@ -169,7 +158,7 @@ func (a *Allocator) Next(ctx context.Context, tag string) (int64, error) {
 }
 
 // nextSlow is Next for a tag without a published buffer, or when
-// Buffer.TryTake declines (range used up, or a load to start).
+// Buffer.TryTake declines (segment used up, or a load to start).
 func (a *Allocator) nextSlow(ctx context.Context, tag string) (int64, error) {
 	b, err := a.buffer(ctx, tag)
 	if err != nil {
@@ -229,10 +218,10 @@ func (a *Allocator) buffer(ctx context.Context, tag string) (*segment.Buffer, er
 		return b, nil
 	}
 	a.mu.RLock()
-	b, ok := a.buffers[tag]
+	b := a.tags[tag].bufferLocked()
 	closed := a.closed
 	a.mu.RUnlock()
-	if ok {
+	if b != nil {
 		a.missed()
 		return b, nil
 	}
@@ -248,7 +237,7 @@ func (a *Allocator) buffer(ctx context.Context, tag string) (*segment.Buffer, er
 	if a.closed {
 		return nil, ErrClosed
 	}
-	if b, ok := a.buffers[tag]; ok {
+	if b := a.tags[tag].bufferLocked(); b != nil {
 		return b, nil
 	}
 	if err := a.rememberedLocked(tag); err != nil {
@@ -263,9 +252,10 @@ func (a *Allocator) buffer(ctx context.Context, tag string) (*segment.Buffer, er
 	sc.Now = a.cfg.Now
 	// A tag's buffer may be new while the tag is not (a forgotten buffer):
 	// it starts from the highest ID the tag was ever granted here.
-	sc.Floor = a.highest[tag]
+	t := a.stateLocked(tag)
+	sc.Floor = t.floor
 	b = segment.New(sc)
-	a.buffers[tag] = b
+	t.serveLocked(b)
 	return b, nil
 }
 
@@ -293,20 +283,54 @@ func (a *Allocator) publishLocked() {
 		a.hot.Store(nil)
 		return
 	}
-	a.hot.Store(segment.NewIndex(maps.Clone(a.buffers)))
+	a.hot.Store(segment.NewIndex(a.buffersLocked()))
+}
+
+// stateLocked returns tag's state, adding an empty one for a tag new here;
+// mu must be held for writing.
+func (a *Allocator) stateLocked(tag string) *tagState {
+	t := a.tags[tag]
+	if t == nil {
+		t = &tagState{}
+		a.tags[tag] = t
+	}
+	return t
+}
+
+// dropIfIdleLocked removes tag's state when it holds nothing any more, so
+// that made-up tags leave nothing behind.
+func (a *Allocator) dropIfIdleLocked(tag string, t *tagState) {
+	if t.idleLocked() {
+		delete(a.tags, tag)
+	}
+}
+
+// buffersLocked returns a new map of the buffers of the tags served.
+func (a *Allocator) buffersLocked() map[string]*segment.Buffer {
+	bufs := make(map[string]*segment.Buffer, len(a.tags))
+	for tag, t := range a.tags {
+		if t.buf != nil {
+			bufs[tag] = t.buf
+		}
+	}
+	return bufs
 }
 
 // rememberedLocked returns the error of a forgotten tag, nil when the tag
-// is not (or no longer) forgotten.
+// is not (or no longer) forgotten; mu must be held for writing.
 func (a *Allocator) rememberedLocked(tag string) error {
-	f, ok := a.unknown[tag]
-	if !ok {
+	t := a.tags[tag]
+	if t == nil {
 		return nil
 	}
 	now := a.cfg.Now()
+	f, ok, cleared := t.rememberedLocked(now)
+	if cleared {
+		a.nForgotten--
+		a.dropIfIdleLocked(tag, t)
+	}
 	switch {
-	case !now.Before(f.until):
-		delete(a.unknown, tag)
+	case !ok:
 		return nil
 	case f.unknown:
 		return fmt.Errorf("%w: %q", ErrUnknownTag, tag)
@@ -323,7 +347,7 @@ func (a *Allocator) takeFailed(tag string, b *segment.Buffer, err error) error {
 		return fmt.Errorf("%w: %q", ErrUnknownTag, tag)
 	case errors.Is(err, ErrUnavailable) && b.Stats().Loads == 0:
 		// Never loaded, so the buffer holds nothing worth keeping: no
-		// range, no anti-rollback floor (the allocator keeps that).
+		// segment, no anti-rollback floor (the allocator keeps that).
 		// It is answered "unavailable" from memory for one backoff, which
 		// also bounds this line to one per tag per backoff.
 		if a.forget(tag, b, forgotten{until: a.cfg.Now().Add(a.coldRetry()), cause: err}) {
@@ -360,25 +384,29 @@ func (a *Allocator) coldRetry() time.Duration {
 func (a *Allocator) forget(tag string, b *segment.Buffer, f forgotten) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.closed || a.buffers[tag] != b {
+	t := a.tags[tag]
+	if a.closed || t.bufferLocked() != b {
 		return false // Close (or an earlier forget) owns it
 	}
-	delete(a.buffers, tag)
-	if a.hot.Load().Find(tag) == b {
-		a.publishLocked()
-	}
-	if len(a.unknown) >= maxUnknown {
+	if a.nForgotten >= maxUnknown {
 		now := a.cfg.Now()
-		for t, f := range a.unknown {
-			if !now.Before(f.until) {
-				delete(a.unknown, t)
+		for other, s := range a.tags {
+			if _, _, cleared := s.rememberedLocked(now); cleared {
+				a.nForgotten--
+				a.dropIfIdleLocked(other, s)
 			}
 		}
 	}
-	if len(a.unknown) < maxUnknown {
-		a.unknown[tag] = f
+	var remember *forgotten
+	if a.nForgotten < maxUnknown {
+		remember = &f
+		a.nForgotten++
 	}
-	// A load still in flight may bring a range back to the closed buffer:
+	t.forgetLocked(b, remember)
+	if a.hot.Load().Find(tag) == b {
+		a.publishLocked()
+	}
+	// A load still in flight may bring a segment back to the closed buffer:
 	// nobody serves it.
 	a.closing.Go(func() { a.abandon(tag, b.Close()) })
 	return true
@@ -387,9 +415,11 @@ func (a *Allocator) forget(tag string, b *segment.Buffer, f forgotten) bool {
 // Stats returns a snapshot of every loaded tag, sorted by tag.
 func (a *Allocator) Stats() []segment.Stats {
 	a.mu.RLock()
-	bufs := make([]*segment.Buffer, 0, len(a.buffers))
-	for _, b := range a.buffers {
-		bufs = append(bufs, b)
+	bufs := make([]*segment.Buffer, 0, len(a.tags))
+	for _, t := range a.tags {
+		if t.buf != nil {
+			bufs = append(bufs, t.buf)
+		}
 	}
 	a.mu.RUnlock()
 	out := make([]segment.Stats, 0, len(bufs))
@@ -406,9 +436,9 @@ func (a *Allocator) Stats() []segment.Stats {
 // does not know.
 func (a *Allocator) TagStats(ctx context.Context, tag string) (segment.Stats, error) {
 	a.mu.RLock()
-	b, ok := a.buffers[tag]
+	b := a.tags[tag].bufferLocked()
 	a.mu.RUnlock()
-	if ok {
+	if b != nil {
 		return a.stats(b), nil
 	}
 	if err := a.check(ctx, tag); err != nil {
@@ -443,7 +473,7 @@ func (a *Allocator) check(ctx context.Context, tag string) error {
 func (a *Allocator) stats(b *segment.Buffer) segment.Stats {
 	st := b.Stats()
 	a.mu.RLock()
-	st.Abandoned += a.gaps[st.Tag]
+	st.Abandoned += a.tags[st.Tag].gapsLocked()
 	a.mu.RUnlock()
 	return st
 }
@@ -453,7 +483,7 @@ func (a *Allocator) Ping(ctx context.Context) error { return a.cfg.Store.Ping(ct
 
 // Close stops every tag's background loads and waits for them. IDs granted
 // but not handed out are abandoned (a gap), except that a Store which is a
-// Returner gets back the unused tail of each tag's newest range when nobody
+// Returner gets back the unused tail of each tag's newest segment when nobody
 // allocated after it (see giveBack). Next fails with ErrClosed after. ctx
 // bounds the give-backs.
 func (a *Allocator) Close(ctx context.Context) error {
@@ -464,7 +494,7 @@ func (a *Allocator) Close(ctx context.Context) error {
 	}
 	a.closed = true
 	a.publishLocked()
-	bufs := maps.Clone(a.buffers)
+	bufs := a.buffersLocked()
 	a.mu.Unlock()
 
 	// Tags close side by side: each may wait for a load in flight.
@@ -489,13 +519,17 @@ func (a *Allocator) Close(ctx context.Context) error {
 }
 
 // settlePending looks up, once, every request still unsettled at Close: a
-// range committed for it is never served, and is logged and counted as
+// segment committed for it is never served, and is logged and counted as
 // abandoned; one not found (or not reachable) is logged as an abandoned
-// request, whose range the segment log has if it committed after all.
+// request, whose segment the segment log has if it committed after all.
 func (a *Allocator) settlePending(ctx context.Context) {
 	a.mu.Lock()
-	pending := a.pending
-	a.pending = map[string][]*pendingRequest{}
+	pending := make(map[string][]*pendingRequest)
+	for tag, t := range a.tags {
+		if p := t.takePendingLocked(); len(p) > 0 {
+			pending[tag] = p
+		}
+	}
 	a.mu.Unlock()
 	for tag, reqs := range pending {
 		for _, p := range reqs {
@@ -542,9 +576,9 @@ func leftOf(ranges []segment.Range, first int64) []segment.Range {
 	return out
 }
 
-// giveBack returns the unused tail of the tag's newest range, unused being
-// the buffer's unused ranges oldest first, the newest last. The tail of the
-// range before it joins in when the two touch. The store only takes it back
+// giveBack gives back the unused tail of the tag's newest segment, unused
+// being the buffer's unused ranges oldest first, the newest last. The tail
+// of the segment before it joins in when the two touch. The store only takes it back
 // if max_id still ends it: then nobody else was granted an ID above its
 // first, and this instance, closed, hands out none of it. Otherwise the IDs
 // stay a gap.

@@ -20,6 +20,19 @@
 // client package): a range goes straight from the store to the caller under
 // the caller's request ID, and is never served by the allocator.
 //
+// Words used throughout the package:
+//   - a segment is the IDs the store grants this instance for a tag, to
+//     serve from the tag's buffer (Request, Segment, load);
+//   - a range is the IDs the store grants a caller straight (GrantRange),
+//     served by the caller alone; segment.Range, a span of consecutive IDs,
+//     names either kind, or a part of one;
+//   - grant is the act: the store grants a request ID one segment or range,
+//     once; the tag's floor is the highest ID granted in its segments here;
+//   - give back is the return of a segment's or a range's unused tail to
+//     the store (GiveBack, ReturnRange), allowed only while nobody was
+//     granted anything above it; IDs granted and never handed out nor
+//     given back are abandoned: a gap, logged and counted.
+//
 // Postgres is the production Store; SQLite keeps the same guarantees in one
 // file for the processes of a single machine; MemStore is an in-memory one
 // for tests and for programs that need IDs unique within one process only.

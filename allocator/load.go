@@ -14,8 +14,8 @@ import (
 // pendingRequest is an allocation whose outcome is unknown: its reply was
 // lost and no retry settled it before the load gave up. A later load of the
 // tag resumes it with the same request ID instead of starting a new one, so
-// a range committed for it is found and served (or, when the tag was granted
-// more since, counted as a gap) instead of leaking.
+// a segment committed for it is found and served (or, when the tag was
+// granted more since, counted as a gap) instead of leaking.
 type pendingRequest struct {
 	req   Request
 	since time.Time // when the load that chose it started
@@ -29,7 +29,7 @@ const maxPending = 8
 //
 // The request ID is chosen once, before the first attempt. Every retry
 // reuses it, so the store grants it at most once:
-//   - success: the range is ours;
+//   - success: the segment is ours;
 //   - ErrAlreadyGranted: an earlier attempt committed; look it up, and only
 //     look it up from then on (after a pause when it cannot be seen yet);
 //   - ErrUnknownTag, ErrExhausted: final, nothing committed;
@@ -38,12 +38,12 @@ const maxPending = 8
 //   - a lookup that finds a caller's range (its ID claimed through the
 //     range API before an attempt of ours committed) serves none of it:
 //     the load goes on with a new request;
-//   - a lookup that finds the range partly given back serves what the
+//   - a lookup that finds the segment partly given back serves what the
 //     request kept; one given back in full settles it (ErrGivenBack), and
 //     the load goes on with a new request;
 //   - any other error: nothing committed; retry.
 //
-// A range found by lookup at or below what the tag was granted since is a
+// A segment found by lookup at or below what the tag was granted since is a
 // settled gap: counted and logged as abandoned, and the load goes on with
 // a new request. Retries pause with exponential backoff and full jitter
 // until ctx ends.
@@ -156,17 +156,14 @@ func (a *Allocator) load(ctx context.Context, tag string, size int64) (segment.G
 // forgotten buffer's load may still run beside a new buffer's); giveUp puts
 // it back. One older than half the segment log's retention is abandoned
 // instead: its log row may be pruned, and a request re-sent without its row
-// would be granted a second range while the first stays an untraced gap. A
+// would be granted a second segment while the first stays an untraced gap. A
 // new request is dated now.
 func (a *Allocator) request(tag string, size int64, now time.Time) (pendingRequest, bool, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for len(a.pending[tag]) > 0 {
-		p := a.pending[tag][0]
-		a.pending[tag] = a.pending[tag][1:]
-		if len(a.pending[tag]) == 0 {
-			delete(a.pending, tag)
-		}
+	t := a.stateLocked(tag)
+	defer a.dropIfIdleLocked(tag, t)
+	for p := t.oldestPendingLocked(); p != nil; p = t.oldestPendingLocked() {
 		if r := a.cfg.LogRetention; r > 0 && now.Sub(p.since) > r/2 {
 			a.abandonedRequestLocked(p.req, "unsettled for longer than half the segment log's retention; never sent again")
 			continue
@@ -177,12 +174,12 @@ func (a *Allocator) request(tag string, size int64, now time.Time) (pendingReque
 	if err != nil {
 		return pendingRequest{}, false, fmt.Errorf("new request id: %w", err)
 	}
-	req := Request{ID: id, Tag: tag, Size: size, Instance: a.cfg.Instance, Floor: a.highest[tag]}
+	req := Request{ID: id, Tag: tag, Size: size, Instance: a.cfg.Instance, Floor: t.floor}
 	return pendingRequest{req: req, since: now}, false, nil
 }
 
 // abandonedRequestLocked logs an unsettled request given up for good. Its
-// range, if it committed, is unknown here: the segment log has it.
+// segment, if it committed, is unknown here: the segment log has it.
 func (a *Allocator) abandonedRequestLocked(req Request, why string) {
 	a.cfg.Logger.Warn("ABANDONED request: "+why+"; if it committed, its range is a gap (the segment log has it)",
 		"biz_tag", req.Tag, "request_id", req.ID)
@@ -194,30 +191,21 @@ func (a *Allocator) giveUp(p pendingRequest, uncertain bool, log interface{ Warn
 	if !uncertain {
 		return err
 	}
-	tag := p.req.Tag
 	a.mu.Lock()
-	if q := a.pending[tag]; len(q) >= maxPending {
-		a.abandonedRequestLocked(q[0].req, "too many unsettled requests for the tag")
-		a.pending[tag] = q[1:]
+	if dropped := a.stateLocked(p.req.Tag).keepLocked(&p); dropped != nil {
+		a.abandonedRequestLocked(dropped.req, "too many unsettled requests for the tag")
 	}
-	a.pending[tag] = append(a.pending[tag], &p)
 	a.mu.Unlock()
 	log.Warn("segment allocation unsettled; a next load resumes it", "err", err)
 	return err
 }
 
-// settledGap reports whether seg, found by lookup, ends at or below the
-// highest ID the tag was granted: then the tag moved past it, no buffer
-// can serve it, and it is counted as abandoned. (A range that overlaps the
-// highest is no gap: the buffer refuses it as a rollback.)
+// settledGap reports whether seg, found by lookup, is a gap of tag's (see
+// tagState.settledGapLocked), and counts it.
 func (a *Allocator) settledGap(tag string, seg Segment) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if seg.Last > a.highest[tag] {
-		return false
-	}
-	a.gaps[tag] += seg.Last - seg.First + 1
-	return true
+	return a.stateLocked(tag).settledGapLocked(seg)
 }
 
 // abandon logs and counts unused ranges of a buffer that nobody serves any
@@ -228,8 +216,11 @@ func (a *Allocator) abandon(tag string, unused []segment.Range) {
 		n += r.Len()
 		a.logAbandoned(tag, r)
 	}
+	if n == 0 {
+		return // a made-up tag's buffer, for one, leaves nothing to count
+	}
 	a.mu.Lock()
-	a.gaps[tag] += n
+	a.stateLocked(tag).abandonedLocked(n)
 	a.mu.Unlock()
 }
 
@@ -239,14 +230,11 @@ func (a *Allocator) logAbandoned(tag string, r segment.Range) {
 		"biz_tag", tag, "first", r.First, "last", r.Last, "count", r.Len())
 }
 
-// granted raises the floor of the tag's next requests past seg. A segment
-// at or below the floor (from a store that ignores Floor) leaves it as it is:
-// the buffer refuses that segment.
+// granted raises the floor of the tag's next requests past seg (see
+// tagState.grantedLocked).
 func (a *Allocator) granted(tag string, seg Segment) {
 	a.mu.Lock()
-	if seg.First > a.highest[tag] {
-		a.highest[tag] = seg.Last
-	}
+	a.stateLocked(tag).grantedLocked(seg)
 	a.mu.Unlock()
 }
 

@@ -86,7 +86,7 @@ func (a *Allocator) GrantRange(ctx context.Context, r RangeRequest) (seg Segment
 		return Segment{}, false, errors.New("a caller's range needs a holder")
 	}
 	a.mu.RLock()
-	floor := a.highest[tag]
+	floor := a.tags[tag].floorLocked()
 	a.mu.RUnlock()
 	req := Request{ID: id, Tag: tag, Size: r.Size, Instance: a.cfg.Instance + clientSuffix, Floor: floor,
 		ClaimedFloor: r.Floor, Holder: r.Holder}

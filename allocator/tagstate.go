@@ -1,0 +1,158 @@
+package allocator
+
+import (
+	"time"
+
+	"github.com/idmint/idmint/segment"
+)
+
+// tagState is all the allocator keeps for one tag, in one place: whether
+// the tag is served (it has a buffer), forgotten for a while (see
+// forgotten) or neither, its unsettled requests, its floor and its gaps.
+// The pieces change together through the methods below, so that no two of
+// them can disagree about the tag.
+//
+// A tagState has no lock of its own: Allocator.mu protects every field,
+// and every method is called with mu held, for writing except in the
+// readers bufferLocked, floorLocked and gapsLocked. Those accept a nil
+// tagState (a tag never asked for), as a tag with nothing.
+type tagState struct {
+	// buf is the tag's buffer while the tag is served: set by serveLocked,
+	// cleared by forgetLocked. nil before the tag's first request.
+	buf *segment.Buffer
+	// gone, set only while buf is nil, is why the tag has no buffer for a
+	// while (until gone.until): unknown to the store, or never loaded.
+	gone *forgotten
+	// pending holds the tag's unsettled requests, oldest first, at most
+	// maxPending.
+	pending []*pendingRequest
+	// floor is the highest ID granted in the tag's segments here: the
+	// Floor of its next requests and of its next buffer, so that a
+	// rolled-back store raises max_id back to it. It never goes down.
+	floor int64
+	// gaps counts the IDs abandoned outside the tag's buffer: the unused
+	// ranges of dropped buffers, and segments found only after the tag
+	// moved past them. Stats adds them to the buffer's Abandoned.
+	gaps int64
+}
+
+// bufferLocked returns the tag's buffer, nil when it is not served.
+func (t *tagState) bufferLocked() *segment.Buffer {
+	if t == nil {
+		return nil
+	}
+	return t.buf
+}
+
+// floorLocked returns the highest ID granted in the tag's segments, 0 for
+// none.
+func (t *tagState) floorLocked() int64 {
+	if t == nil {
+		return 0
+	}
+	return t.floor
+}
+
+// gapsLocked returns the IDs abandoned outside the tag's buffer.
+func (t *tagState) gapsLocked() int64 {
+	if t == nil {
+		return 0
+	}
+	return t.gaps
+}
+
+// idleLocked reports whether the state holds nothing worth keeping, so that
+// the tag's entry can go.
+func (t *tagState) idleLocked() bool {
+	return t.buf == nil && t.gone == nil && len(t.pending) == 0 && t.floor == 0 && t.gaps == 0
+}
+
+// serveLocked makes b the tag's buffer. The tag must not be forgotten (see
+// rememberedLocked, which clears an expired marker).
+func (t *tagState) serveLocked(b *segment.Buffer) {
+	t.buf = b
+}
+
+// forgetLocked drops the tag's buffer b and remembers f (nil: nothing),
+// and reports whether it did: not when b is no longer the tag's buffer.
+func (t *tagState) forgetLocked(b *segment.Buffer, f *forgotten) bool {
+	if t.buf != b {
+		return false
+	}
+	t.buf, t.gone = nil, f
+	return true
+}
+
+// rememberedLocked returns why the tag is forgotten at now, false when it
+// is not (or no longer: an expired marker is cleared, and cleared is
+// reported so that the caller can count it).
+func (t *tagState) rememberedLocked(now time.Time) (f forgotten, ok, cleared bool) {
+	if t.gone == nil {
+		return forgotten{}, false, false
+	}
+	if !now.Before(t.gone.until) {
+		t.gone = nil
+		return forgotten{}, false, true
+	}
+	return *t.gone, true, false
+}
+
+// grantedLocked raises the floor past seg, a segment granted to the tag. A
+// segment at or below the floor (from a store that ignores Floor) leaves
+// it as it is: the buffer refuses that segment.
+func (t *tagState) grantedLocked(seg Segment) {
+	if seg.First > t.floor {
+		t.floor = seg.Last
+	}
+}
+
+// settledGapLocked reports whether seg, found by lookup, ends at or below
+// the floor: then the tag moved past it, no buffer can serve it, and it is
+// counted as abandoned. (A segment that overlaps the floor is no gap: the
+// buffer refuses it as a rollback.)
+func (t *tagState) settledGapLocked(seg Segment) bool {
+	if seg.Last > t.floor {
+		return false
+	}
+	t.gaps += seg.Last - seg.First + 1
+	return true
+}
+
+// abandonedLocked counts n IDs of the tag that nobody serves any more.
+func (t *tagState) abandonedLocked(n int64) {
+	t.gaps += n
+}
+
+// oldestPendingLocked takes the oldest unsettled request out of the tag's
+// pending ones, nil when there is none. Taken out, no second load can
+// resume it at the same time.
+func (t *tagState) oldestPendingLocked() *pendingRequest {
+	if len(t.pending) == 0 {
+		return nil
+	}
+	p := t.pending[0]
+	t.pending = t.pending[1:]
+	if len(t.pending) == 0 {
+		t.pending = nil
+	}
+	return p
+}
+
+// takePendingLocked takes every unsettled request of the tag, oldest first.
+func (t *tagState) takePendingLocked() []*pendingRequest {
+	p := t.pending
+	t.pending = nil
+	return p
+}
+
+// keepLocked adds p, an unsettled request, to the tag's pending ones. When
+// maxPending are kept already, the oldest makes room and is returned, to be
+// logged as abandoned; nil otherwise.
+func (t *tagState) keepLocked(p *pendingRequest) (dropped *pendingRequest) {
+	if len(t.pending) >= maxPending {
+		dropped = t.pending[0]
+		t.pending = t.pending[1:]
+	}
+	t.pending = append(t.pending, p)
+	return dropped
+}
