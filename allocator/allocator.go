@@ -118,9 +118,9 @@ type Allocator struct {
 	// hot serves known tags without the lock: an immutable copy of the
 	// tags' buffers, replaced (never modified) under mu. A tag missing from
 	// it is looked up under mu; once those misses add up to the size of the
-	// copy, the next one publishes a new copy, so a burst of new tags costs amortised O(1)
-	// each, as in sync.Map. A forgotten buffer leaves the copy at once;
-	// Close empties it.
+	// copy, the next one publishes a new copy, so a burst of new tags costs
+	// amortised O(1) each, as in sync.Map. A forgotten buffer leaves the
+	// copy at once; Close empties it.
 	hot        atomic.Pointer[segment.Index]
 	misses     atomic.Int64
 	publishing atomic.Bool
