@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -270,8 +269,7 @@ func (a *authenticator) authenticate(r *http.Request) (*principal, *apiError) {
 	// A copy older than maxStale might still hold a token revoked since:
 	// the store cannot tell, so neither 200 nor 401.
 	if set == nil || set.byID == nil || a.now().Sub(set.readAt) > a.maxStale {
-		return nil, &apiError{status: http.StatusServiceUnavailable, code: CodeUnavailable,
-			message: "tokens cannot be checked right now: the store cannot be reached; retry later", retryAfter: defaultRetryAfter}
+		return nil, requestError(CodeUnavailable, "tokens cannot be checked right now: the store cannot be reached; retry later")
 	}
 	p := set.byID[id]
 	if p == nil || !p.token.Matches(secret) {
@@ -280,12 +278,6 @@ func (a *authenticator) authenticate(r *http.Request) (*principal, *apiError) {
 	return p, nil
 }
 
-// Error codes of access control.
-const (
-	CodeUnauthorized = "unauthorized"
-	CodeForbidden    = "forbidden"
-)
-
 // unauthorized is a 401 with its WWW-Authenticate challenge (RFC 6750);
 // bearerErr is the challenge's error attribute, empty when no token came.
 func unauthorized(bearerErr, message string) *apiError {
@@ -293,11 +285,11 @@ func unauthorized(bearerErr, message string) *apiError {
 	if bearerErr != "" {
 		challenge += `, error="` + bearerErr + `"`
 	}
-	return &apiError{status: http.StatusUnauthorized, code: CodeUnauthorized, message: message, challenge: challenge}
+	return &apiError{code: CodeUnauthorized, message: message, challenge: challenge}
 }
 
 func forbidden(message string) *apiError {
-	return &apiError{status: http.StatusForbidden, code: CodeForbidden, message: message}
+	return requestError(CodeForbidden, message)
 }
 
 type principalKey struct{}
@@ -314,11 +306,11 @@ func (s *Server) requireScope(name string, ok func(*principal) bool) func(http.H
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			p, err := s.auth.authenticate(r)
 			if err != nil {
-				s.refuse(w, r, err)
+				s.fail(w, r, err)
 				return
 			}
 			if !ok(p) {
-				s.refuse(w, r, forbidden("this token's scopes do not include "+name))
+				s.fail(w, r, forbidden("this token's scopes do not include "+name))
 				return
 			}
 			next.ServeHTTP(w, withPrincipal(r, p))
@@ -350,7 +342,7 @@ func (s *Server) idAccess(next http.Handler, charge bool) http.Handler {
 		q := r.URL.Query()
 		if s.cfg.Auth.IDs != AuthToken {
 			if err := s.addrLimits.charge(clientAddr(r), asked(q), s.cfg.Now()); err != nil {
-				s.refuse(w, r, err)
+				s.fail(w, r, err)
 				return
 			}
 			next.ServeHTTP(w, r)
@@ -358,20 +350,20 @@ func (s *Server) idAccess(next http.Handler, charge bool) http.Handler {
 		}
 		p, err := s.auth.authenticate(r)
 		if err != nil {
-			s.refuse(w, r, err)
+			s.fail(w, r, err)
 			return
 		}
 		if tag, ok := queryTag(q); ok {
 			if !p.allowsTag(tag) {
-				s.refuse(w, r, forbidden("this token's scopes do not cover this biz_tag"))
+				s.fail(w, r, forbidden("this token's scopes do not cover this biz_tag"))
 				return
 			}
 		} else if !p.hasIDScope() {
-			s.refuse(w, r, forbidden("this token has no ID scope"))
+			s.fail(w, r, forbidden("this token has no ID scope"))
 			return
 		}
 		if err := chargeToken(p, asked(q), s.cfg.Now()); err != nil {
-			s.refuse(w, r, err)
+			s.fail(w, r, err)
 			return
 		}
 		next.ServeHTTP(w, withPrincipal(r, p))
@@ -380,7 +372,7 @@ func (s *Server) idAccess(next http.Handler, charge bool) http.Handler {
 
 // AuthorizeTag checks, for a handler behind IDAccess that learns its tag
 // from the body, that the request may take IDs of tag. It returns nil in
-// the open mode, and an error for WriteError otherwise.
+// the open mode, and an error for fail otherwise.
 func (s *Server) AuthorizeTag(r *http.Request, tag string) error {
 	if s.cfg.Auth.IDs != AuthToken {
 		return nil
@@ -393,16 +385,6 @@ func (s *Server) AuthorizeTag(r *http.Request, tag string) error {
 		return forbidden("this token's scopes do not cover this biz_tag")
 	}
 	return nil
-}
-
-// WriteError writes err as idmint's JSON error, with the status it maps to.
-// A refusal of AuthorizeTag is counted as the middleware's refusals are.
-func (s *Server) WriteError(w http.ResponseWriter, r *http.Request, err error) {
-	if e, ok := errors.AsType[*apiError](err); ok && (e.code == CodeUnauthorized || e.code == CodeForbidden) {
-		s.refuse(w, r, e)
-		return
-	}
-	writeError(w, r, s.cfg.Logger, err)
 }
 
 // queryTag returns the query's biz_tag when the handler will accept it:
