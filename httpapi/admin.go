@@ -176,9 +176,9 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	case err == nil:
 		return true
 	case errors.Is(err, errBodyTooLarge):
-		s.fail(w, r, requestError(CodeBodyTooLarge, "request body too large"))
+		s.WriteError(w, r, requestError(CodeBodyTooLarge, "request body too large"))
 	default:
-		s.fail(w, r, requestError(CodeInvalidJSON, err.Error()))
+		s.WriteError(w, r, requestError(CodeInvalidJSON, err.Error()))
 	}
 	return false
 }
@@ -189,7 +189,7 @@ func (s *Server) adminError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, allocator.ErrNotRaised) {
 		err = fmt.Errorf("%w: nothing changed", err)
 	}
-	s.fail(w, r, err)
+	s.WriteError(w, r, err)
 }
 
 // tokenName names the token of an admin request, for the log.

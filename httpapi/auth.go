@@ -306,11 +306,11 @@ func (s *Server) requireScope(name string, ok func(*principal) bool) func(http.H
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			p, err := s.auth.authenticate(r)
 			if err != nil {
-				s.fail(w, r, err)
+				s.WriteError(w, r, err)
 				return
 			}
 			if !ok(p) {
-				s.fail(w, r, forbidden("this token's scopes do not include "+name))
+				s.WriteError(w, r, forbidden("this token's scopes do not include "+name))
 				return
 			}
 			next.ServeHTTP(w, withPrincipal(r, p))
@@ -342,7 +342,7 @@ func (s *Server) idAccess(next http.Handler, charge bool) http.Handler {
 		q := r.URL.Query()
 		if s.cfg.Auth.IDs != AuthToken {
 			if err := s.addrLimits.charge(clientAddr(r), asked(q), s.cfg.Now()); err != nil {
-				s.fail(w, r, err)
+				s.WriteError(w, r, err)
 				return
 			}
 			next.ServeHTTP(w, r)
@@ -350,20 +350,20 @@ func (s *Server) idAccess(next http.Handler, charge bool) http.Handler {
 		}
 		p, err := s.auth.authenticate(r)
 		if err != nil {
-			s.fail(w, r, err)
+			s.WriteError(w, r, err)
 			return
 		}
 		if tag, ok := queryTag(q); ok {
 			if !p.allowsTag(tag) {
-				s.fail(w, r, forbidden("this token's scopes do not cover this biz_tag"))
+				s.WriteError(w, r, forbidden("this token's scopes do not cover this biz_tag"))
 				return
 			}
 		} else if !p.hasIDScope() {
-			s.fail(w, r, forbidden("this token has no ID scope"))
+			s.WriteError(w, r, forbidden("this token has no ID scope"))
 			return
 		}
 		if err := chargeToken(p, asked(q), s.cfg.Now()); err != nil {
-			s.fail(w, r, err)
+			s.WriteError(w, r, err)
 			return
 		}
 		next.ServeHTTP(w, withPrincipal(r, p))
@@ -372,7 +372,7 @@ func (s *Server) idAccess(next http.Handler, charge bool) http.Handler {
 
 // AuthorizeTag checks, for a handler behind IDAccess that learns its tag
 // from the body, that the request may take IDs of tag. It returns nil in
-// the open mode, and an error for fail otherwise.
+// the open mode, and an error for WriteError otherwise.
 func (s *Server) AuthorizeTag(r *http.Request, tag string) error {
 	if s.cfg.Auth.IDs != AuthToken {
 		return nil

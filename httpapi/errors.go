@@ -18,7 +18,7 @@ import (
 
 // This file is the one place where errors become HTTP: errorTable says, for
 // every error a handler can meet, its status, code, Retry-After, public
-// message and whether it counts as a refusal; Server.fail writes it.
+// message and whether it counts as a refusal; Server.WriteError writes it.
 // docs/errors.md and the code enum of openapi.yaml are checked against the
 // table by the tests.
 
@@ -239,12 +239,13 @@ type errorBody struct {
 	} `json:"error"`
 }
 
-// fail writes err as idmint's JSON error, as its row of errorTable says:
-// the one way handlers answer with an error. A refusal is counted in
-// idmint_http_refused_total; a 5xx is logged with the error, redacted (at
-// most one line a second per code: see failureLog). The reply's message is
-// redacted too, and never holds a stack trace or SQL.
-func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+// WriteError writes err as idmint's JSON error, as its row of errorTable
+// says: the one way handlers answer with an error (routes a program adds
+// beside idmint's use it too, e.g. for AuthorizeTag's refusals). A refusal
+// is counted in idmint_http_refused_total; a 5xx is logged with the error,
+// redacted (at most one line a second per code: see failureLog). The
+// reply's message is redacted too, and never holds a stack trace or SQL.
+func (s *Server) WriteError(w http.ResponseWriter, r *http.Request, err error) {
 	rule := lookup(err)
 	if rule.refusal {
 		s.cfg.Metrics.refusedCounter().WithLabelValues(rule.code).Inc()

@@ -107,10 +107,10 @@ func TestErrorTable_Rows(t *testing.T) {
 	}
 }
 
-// TestServer_Fail: fail answers every row of the table as the row says:
+// TestServer_WriteError: WriteError answers every row of the table as the row says:
 // status, code, Retry-After, message, and the refusal counted or not;
 // an error the table does not know is a 500 that tells nothing.
-func TestServer_Fail(t *testing.T) {
+func TestServer_WriteError(t *testing.T) {
 	type probe struct {
 		name    string
 		err     error
@@ -150,7 +150,7 @@ func TestServer_Fail(t *testing.T) {
 			}
 			before := counted()
 			rec := httptest.NewRecorder()
-			s.fail(rec, httptest.NewRequestWithContext(context.Background(), "GET", "/id?biz_tag=order", nil), p.err)
+			s.WriteError(rec, httptest.NewRequestWithContext(context.Background(), "GET", "/id?biz_tag=order", nil), p.err)
 
 			var body errorBody
 			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {

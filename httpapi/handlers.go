@@ -22,12 +22,12 @@ import (
 func (s *Server) handleID(w http.ResponseWriter, r *http.Request) {
 	tag, err := tagParam(r.URL.RawQuery)
 	if err != nil {
-		s.fail(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	id, err := s.cfg.Allocator.Next(r.Context(), tag)
 	if err != nil {
-		s.fail(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	buf := replies.Get().(*reply)
@@ -49,17 +49,17 @@ func (s *Server) handleIDs(w http.ResponseWriter, r *http.Request) {
 	raw := r.URL.RawQuery
 	tag, err := tagParam(raw)
 	if err != nil {
-		s.fail(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	n, err := countParam(raw, s.cfg.MaxCount)
 	if err != nil {
-		s.fail(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	asRanges, err := formatParam(raw)
 	if err != nil {
-		s.fail(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	buf := replies.Get().(*reply)
@@ -67,7 +67,7 @@ func (s *Server) handleIDs(w http.ResponseWriter, r *http.Request) {
 	// IDs taken before an error are handed out (fewer than count) rather
 	// than lost.
 	if buf.ranges, err = s.cfg.Allocator.NextRanges(r.Context(), tag, n, buf.ranges[:0]); err != nil && len(buf.ranges) == 0 {
-		s.fail(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	b := append(buf.b[:0], `{"biz_tag":`...)

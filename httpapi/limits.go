@@ -99,11 +99,11 @@ func (s *Server) limitRequest(next http.Handler) http.Handler {
 	maxQuery, maxBody := s.cfg.Limits.MaxQueryBytes, s.cfg.Limits.MaxBodyBytes
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if len(r.URL.RawQuery) > maxQuery {
-			s.fail(w, r, requestError(CodeQueryTooLong, "query string too long"))
+			s.WriteError(w, r, requestError(CodeQueryTooLong, "query string too long"))
 			return
 		}
 		if r.ContentLength > maxBody {
-			s.fail(w, r, requestError(CodeBodyTooLarge, "request body too large"))
+			s.WriteError(w, r, requestError(CodeBodyTooLarge, "request body too large"))
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -54,7 +54,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			}
 			s.cfg.Logger.Error("panic serving request", "path", truncate(r.URL.Path, maxLogged), "panic", v,
 				"request_id", rc.requestID(), "stack", string(stack()))
-			s.fail(&ex.rec, r, requestError(CodeInternal, "internal error"))
+			s.WriteError(&ex.rec, r, requestError(CodeInternal, "internal error"))
 		}
 		rc.finish()
 		elapsed := s.cfg.Now().Sub(start)

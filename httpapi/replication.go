@@ -245,7 +245,7 @@ func (s *Server) mountStandbys(r chi.Router) {
 	admin.Get("/v1/standbys", func(w http.ResponseWriter, r *http.Request) {
 		recs, err := sa.Standbys(r.Context())
 		if err != nil {
-			s.fail(w, r, err)
+			s.WriteError(w, r, err)
 			return
 		}
 		if recs == nil {
@@ -258,7 +258,7 @@ func (s *Server) mountStandbys(r chi.Router) {
 	admin.Delete("/v1/standbys/{name}", func(w http.ResponseWriter, r *http.Request) {
 		name := chi.URLParam(r, "name")
 		if name == "" || len(name) > 200 {
-			s.fail(w, r, requestError(CodeBadRequest, "standby name: 1 to 200 characters"))
+			s.WriteError(w, r, requestError(CodeBadRequest, "standby name: 1 to 200 characters"))
 			return
 		}
 		err := sa.ForgetStandby(r.Context(), name)
@@ -266,7 +266,7 @@ func (s *Server) mountStandbys(r chi.Router) {
 			err = requestError(CodeNotFound, "no standby of that name is remembered (or it is forgotten already)")
 		}
 		if err != nil {
-			s.fail(w, r, err)
+			s.WriteError(w, r, err)
 			return
 		}
 		s.cfg.Logger.Warn("standby forgotten over the admin API: it no longer holds grants back until it is seen streaming again",

@@ -93,7 +93,7 @@ type GiveBackResponse struct {
 func (s *Server) segmentsRouter(g SegmentGranter) chi.Router {
 	r := chi.NewRouter()
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		s.fail(w, r, requestError(CodeMethod, "method "+truncate(r.Method, 16)+" not allowed; use POST"))
+		s.WriteError(w, r, requestError(CodeMethod, "method "+truncate(r.Method, 16)+" not allowed; use POST"))
 	})
 	r.Post("/", func(w http.ResponseWriter, r *http.Request) { s.handleGrant(w, r, g) })
 	r.Post("/giveback", func(w http.ResponseWriter, r *http.Request) { s.handleGiveBack(w, r, g) })
@@ -111,25 +111,25 @@ func (s *Server) handleGrant(w http.ResponseWriter, r *http.Request, g SegmentGr
 		err = requestError(CodeInvalidFloor, "floor: want the highest id granted to the caller for the tag (0: none), as a decimal string")
 	}
 	if err != nil {
-		s.fail(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	if err := s.AuthorizeTag(r, req.Tag); err != nil {
-		s.fail(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	// Ranges are charged to the ID limits by the IDs granted, a retry's
 	// as well: up front by the size asked, settled at the size granted.
 	charge, refused := s.chargeIDs(r, req.Size)
 	if refused != nil {
-		s.fail(w, r, refused)
+		s.WriteError(w, r, refused)
 		return
 	}
 	holder := allocator.NewHolder(s.principalOf(r), req.HolderKey)
 	seg, recovered, err := g.GrantRange(r.Context(), allocator.RangeRequest{ID: id, Tag: req.Tag, Size: req.Size, Holder: holder, Floor: req.Floor})
 	if err != nil {
 		charge.settle(0)
-		s.fail(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	charge.settle(seg.Last - seg.First + 1)
@@ -146,22 +146,22 @@ func (s *Server) handleGiveBack(w http.ResponseWriter, r *http.Request, g Segmen
 		err = requestError(CodeInvalidRange, "first and last: want 1 <= first <= last, as decimal strings")
 	}
 	if err != nil {
-		s.fail(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	if err := s.AuthorizeTag(r, req.Tag); err != nil {
-		s.fail(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	// A give-back takes no IDs but costs a statement: charged as one.
 	if _, refused := s.chargeIDs(r, 1); refused != nil {
-		s.fail(w, r, refused)
+		s.WriteError(w, r, refused)
 		return
 	}
 	holder := allocator.NewHolder(s.principalOf(r), req.HolderKey)
 	ok, err := g.ReturnRange(r.Context(), id, holder, req.Tag, req.First, req.Last)
 	if err != nil {
-		s.fail(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, GiveBackResponse{Tag: req.Tag, RequestID: id.String(), First: req.First, Last: req.Last, GivenBack: ok})

@@ -45,7 +45,7 @@ type snowflakesResponse struct {
 func (s *Server) handleSnowflake(w http.ResponseWriter, r *http.Request) {
 	id, err := s.cfg.Snowflake.Next(r.Context())
 	if err != nil {
-		s.fail(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	if wantsText(r) {
@@ -60,12 +60,12 @@ func (s *Server) handleSnowflake(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleSnowflakes(w http.ResponseWriter, r *http.Request) {
 	n, err := countParam(r.URL.RawQuery, s.cfg.MaxCount)
 	if err != nil {
-		s.fail(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	ids, err := s.cfg.Snowflake.NextN(r.Context(), n)
 	if err != nil {
-		s.fail(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	resp := snowflakesResponse{IDs: make([]string, len(ids))}
@@ -100,12 +100,12 @@ func ParseSnowflake(l snowflake.Layout, s string) (ParsedSnowflake, error) {
 func (s *Server) handleSnowflakeParse(w http.ResponseWriter, r *http.Request) {
 	vals := r.URL.Query()["id"]
 	if len(vals) != 1 {
-		s.fail(w, r, requestError(CodeInvalidID, "id is required once, e.g. /snowflake/parse?id=123456789"))
+		s.WriteError(w, r, requestError(CodeInvalidID, "id is required once, e.g. /snowflake/parse?id=123456789"))
 		return
 	}
 	p, err := ParseSnowflake(s.cfg.Snowflake.Layout(), vals[0])
 	if err != nil {
-		s.fail(w, r, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, p)

@@ -109,3 +109,21 @@ func TestServer_BadBodies(t *testing.T) {
 		t.Fatalf("after the bad bodies: %+v", list.Tags)
 	}
 }
+
+// TestServer_NotFound: GET / and any unknown path answer a JSON 404 that
+// points a newcomer at the dashboard, the health document and the OpenAPI
+// document.
+func TestServer_NotFound(t *testing.T) {
+	srv, _ := newServer(t)
+	for _, path := range []string{"/", "/nope", "/id/", "/v1/nothing?x=1"} {
+		status, _, body := getURL(t, srv.URL+path)
+		if status != http.StatusNotFound || errorCode(t, body) != httpapi.CodeNotFound {
+			t.Fatalf("GET %s: %d %s", path, status, body)
+		}
+		for _, want := range []string{"no such endpoint", "/id/dashboard", "/id/health", "/openapi.yaml"} {
+			if !strings.Contains(string(body), want) {
+				t.Errorf("GET %s: %s lacks %q", path, body, want)
+			}
+		}
+	}
+}
