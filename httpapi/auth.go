@@ -285,7 +285,9 @@ func unauthorized(bearerErr, message string) *apiError {
 	if bearerErr != "" {
 		challenge += `, error="` + bearerErr + `"`
 	}
-	return &apiError{code: CodeUnauthorized, message: message, challenge: challenge}
+	e := requestError(CodeUnauthorized, message)
+	e.challenge = challenge
+	return e
 }
 
 func forbidden(message string) *apiError {

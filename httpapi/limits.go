@@ -219,7 +219,9 @@ func (c *idCharge) settle(got int64) {
 }
 
 func rateLimited(wait time.Duration) *apiError {
-	return &apiError{code: CodeRateLimited, message: "too many ids asked for; retry after the time in Retry-After", retryAfter: max(wait, time.Second)}
+	e := requestError(CodeRateLimited, "too many ids asked for; retry after the time in Retry-After")
+	e.retryAfter = max(wait, time.Second)
+	return e
 }
 
 // chargeToken charges n IDs to p's limiter, if it has one.
