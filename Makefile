@@ -77,7 +77,7 @@ drill:
 # instances under load, the replica cut off (or its stream stalled), the
 # leader crashed, the replica promoted; it fails on any duplicate, and ends
 # with a negative control (the standby wait off: it must see duplicates).
-# Then deploy/ha/cluster.sh smoke: the README's walk-through (three nodes,
+# Then deploy/ha/cluster.sh smoke: the walk-through of deploy/ha/README.md (three nodes,
 # two instances, the leader killed under load). Needs patroni, python3-etcd,
 # python3-psycopg2, etcd-server, postgresql and curl (Debian). Shape it with
 # DRILL_MODES (sync, async), DRILL_REPLICA (disconnect, stall), DRILL_RUNS

@@ -114,7 +114,7 @@ func TestAllocator_NextAllocs(t *testing.T) {
 }
 
 // maxBytesPerTag bounds the heap one warm tag costs (its buffer with two
-// segments, the allocator's maps, the store's rows): README quotes it.
+// segments, the allocator's maps, the store's rows): docs/performance.md quotes it.
 const maxBytesPerTag = 3 << 10
 
 // TestAllocator_MemoryPerTag warms 10,000 tags and measures the heap they

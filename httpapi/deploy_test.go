@@ -111,7 +111,7 @@ func readYAML(tb testing.TB, file string, v any) {
 }
 
 // TestDeploy_GrafanaDashboard checks the provisioned Grafana dashboard
-// against a real scrape: it parses, has the panels the README promises, and
+// against a real scrape: it parses, has the panels docs/operations.md promises, and
 // every query names only metrics and labels idmint exports.
 func TestDeploy_GrafanaDashboard(t *testing.T) {
 	srv, _ := newMetricsServer(t)

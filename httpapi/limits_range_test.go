@@ -125,7 +125,7 @@ func TestLimits_RangeGrants(t *testing.T) {
 				}
 				refusedIDs = append(refusedIDs, id)
 			}
-			gb, _ := json.Marshal(httpapi.GiveBackRequest{Tag: "range", RequestID: last.RequestID, First: last.Last - 4, Last: last.Last})
+			gb, _ := json.Marshal(httpapi.GiveBackRequest{Tag: "range", RequestID: last.RequestID, HolderKey: holderKey(uuid.MustParse(last.RequestID)), First: last.Last - 4, Last: last.Last})
 			if s, _, body := postFrom(t, flooder, base+"/v1/segments/giveback", floodBearer, string(gb)); s != http.StatusTooManyRequests {
 				t.Fatalf("a give-back past the burst: %d %s", s, body)
 			}

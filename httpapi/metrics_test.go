@@ -133,7 +133,7 @@ func TestServer_Metrics(t *testing.T) {
 	start := time.Now()
 	families, size := scrape(t, srv.URL)
 	t.Logf("scrape: %d bytes, %d families, %v", size, len(families), time.Since(start))
-	// The README's figure: a scrape with one tag stays small (series per
+	// The figure of docs/operations.md: a scrape with one tag stays small (series per
 	// tag and route, never per ID or per request).
 	if limit := 24 << 10; size > limit {
 		t.Fatalf("a scrape with one tag is %d bytes, more than %d", size, limit)
