@@ -1,10 +1,8 @@
 package httpapi
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
@@ -15,13 +13,6 @@ import (
 // TagAdmin is what the admin API needs to manage tags: an allocator.Admin
 // (Postgres, SQLite, MemStore).
 type TagAdmin = allocator.Admin
-
-// Error codes of the admin API.
-const (
-	CodeTagExists   = "tag_exists"
-	CodeNotRaised   = "not_raised"
-	CodeInvalidSpec = "invalid_request"
-)
 
 // TagJSON is a tag as the admin API shows it. max_id is a string, as IDs
 // are everywhere in the API; max_step 0 means the default (1,000,000).
@@ -181,35 +172,24 @@ func (s *Server) findTag(r *http.Request) (allocator.Tag, error) {
 // decode reads a JSON body of at most MaxBodyBytes into v, refusing
 // unknown fields and trailing data; on failure it answers and returns false.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, s.cfg.Limits.MaxBodyBytes))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil && dec.Decode(&struct{}{}) != io.EOF {
-		err = errors.New("one JSON object expected, found more")
-	}
-	if err == nil {
+	switch err := decodeBody(w, r, s.cfg.Limits.MaxBodyBytes, v); {
+	case err == nil:
 		return true
+	case errors.Is(err, errBodyTooLarge):
+		s.WriteError(w, r, requestError(CodeBodyTooLarge, "request body too large"))
+	default:
+		s.WriteError(w, r, requestError(CodeInvalidJSON, err.Error()))
 	}
-	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) {
-		s.refuse(w, r, &apiError{status: http.StatusRequestEntityTooLarge, code: CodeBodyTooLarge, message: "request body too large"})
-		return false
-	}
-	writeError(w, r, s.cfg.Logger, badRequest(CodeInvalidJSON, "invalid JSON body: "+truncate(err.Error(), maxLogged)))
 	return false
 }
 
-// adminError maps the errors of tag administration.
+// adminError answers an error of tag administration (errorTable maps
+// them); a bump that raised nothing says so.
 func (s *Server) adminError(w http.ResponseWriter, r *http.Request, err error) {
-	switch {
-	case errors.Is(err, allocator.ErrExists):
-		err = &apiError{status: http.StatusConflict, code: CodeTagExists, message: err.Error()}
-	case errors.Is(err, allocator.ErrNotRaised):
-		err = &apiError{status: http.StatusConflict, code: CodeNotRaised, message: err.Error() + ": nothing changed"}
-	case errors.Is(err, allocator.ErrInvalidSpec):
-		err = badRequest(CodeInvalidSpec, err.Error())
+	if errors.Is(err, allocator.ErrNotRaised) {
+		err = fmt.Errorf("%w: nothing changed", err)
 	}
-	writeError(w, r, s.cfg.Logger, err)
+	s.WriteError(w, r, err)
 }
 
 // tokenName names the token of an admin request, for the log.

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -270,8 +269,7 @@ func (a *authenticator) authenticate(r *http.Request) (*principal, *apiError) {
 	// A copy older than maxStale might still hold a token revoked since:
 	// the store cannot tell, so neither 200 nor 401.
 	if set == nil || set.byID == nil || a.now().Sub(set.readAt) > a.maxStale {
-		return nil, &apiError{status: http.StatusServiceUnavailable, code: CodeUnavailable,
-			message: "tokens cannot be checked right now: the store cannot be reached; retry later", retryAfter: defaultRetryAfter}
+		return nil, requestError(CodeUnavailable, "tokens cannot be checked right now: the store cannot be reached; retry later")
 	}
 	p := set.byID[id]
 	if p == nil || !p.token.Matches(secret) {
@@ -280,12 +278,6 @@ func (a *authenticator) authenticate(r *http.Request) (*principal, *apiError) {
 	return p, nil
 }
 
-// Error codes of access control.
-const (
-	CodeUnauthorized = "unauthorized"
-	CodeForbidden    = "forbidden"
-)
-
 // unauthorized is a 401 with its WWW-Authenticate challenge (RFC 6750);
 // bearerErr is the challenge's error attribute, empty when no token came.
 func unauthorized(bearerErr, message string) *apiError {
@@ -293,11 +285,13 @@ func unauthorized(bearerErr, message string) *apiError {
 	if bearerErr != "" {
 		challenge += `, error="` + bearerErr + `"`
 	}
-	return &apiError{status: http.StatusUnauthorized, code: CodeUnauthorized, message: message, challenge: challenge}
+	e := requestError(CodeUnauthorized, message)
+	e.challenge = challenge
+	return e
 }
 
 func forbidden(message string) *apiError {
-	return &apiError{status: http.StatusForbidden, code: CodeForbidden, message: message}
+	return requestError(CodeForbidden, message)
 }
 
 type principalKey struct{}
@@ -314,11 +308,11 @@ func (s *Server) requireScope(name string, ok func(*principal) bool) func(http.H
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			p, err := s.auth.authenticate(r)
 			if err != nil {
-				s.refuse(w, r, err)
+				s.WriteError(w, r, err)
 				return
 			}
 			if !ok(p) {
-				s.refuse(w, r, forbidden("this token's scopes do not include "+name))
+				s.WriteError(w, r, forbidden("this token's scopes do not include "+name))
 				return
 			}
 			next.ServeHTTP(w, withPrincipal(r, p))
@@ -350,7 +344,7 @@ func (s *Server) idAccess(next http.Handler, charge bool) http.Handler {
 		q := r.URL.Query()
 		if s.cfg.Auth.IDs != AuthToken {
 			if err := s.addrLimits.charge(clientAddr(r), asked(q), s.cfg.Now()); err != nil {
-				s.refuse(w, r, err)
+				s.WriteError(w, r, err)
 				return
 			}
 			next.ServeHTTP(w, r)
@@ -358,20 +352,20 @@ func (s *Server) idAccess(next http.Handler, charge bool) http.Handler {
 		}
 		p, err := s.auth.authenticate(r)
 		if err != nil {
-			s.refuse(w, r, err)
+			s.WriteError(w, r, err)
 			return
 		}
 		if tag, ok := queryTag(q); ok {
 			if !p.allowsTag(tag) {
-				s.refuse(w, r, forbidden("this token's scopes do not cover this biz_tag"))
+				s.WriteError(w, r, forbidden("this token's scopes do not cover this biz_tag"))
 				return
 			}
 		} else if !p.hasIDScope() {
-			s.refuse(w, r, forbidden("this token has no ID scope"))
+			s.WriteError(w, r, forbidden("this token has no ID scope"))
 			return
 		}
 		if err := chargeToken(p, asked(q), s.cfg.Now()); err != nil {
-			s.refuse(w, r, err)
+			s.WriteError(w, r, err)
 			return
 		}
 		next.ServeHTTP(w, withPrincipal(r, p))
@@ -393,16 +387,6 @@ func (s *Server) AuthorizeTag(r *http.Request, tag string) error {
 		return forbidden("this token's scopes do not cover this biz_tag")
 	}
 	return nil
-}
-
-// WriteError writes err as idmint's JSON error, with the status it maps to.
-// A refusal of AuthorizeTag is counted as the middleware's refusals are.
-func (s *Server) WriteError(w http.ResponseWriter, r *http.Request, err error) {
-	if e, ok := errors.AsType[*apiError](err); ok && (e.code == CodeUnauthorized || e.code == CodeForbidden) {
-		s.refuse(w, r, e)
-		return
-	}
-	writeError(w, r, s.cfg.Logger, err)
 }
 
 // queryTag returns the query's biz_tag when the handler will accept it:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"image"
 	"image/png"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/pgtest"
 )
@@ -251,6 +253,52 @@ func TestDashboard_Browser(t *testing.T) {
 	if green, violet := countColor(img, 0x3f, 0xb9, 0x50), countColor(img, 0x8b, 0x7c, 0xf6); green < 500 || violet < 500 {
 		t.Errorf("screenshot %s: %d green and %d violet pixels, want the bars", shot, green, violet)
 	}
+
+	t.Run("held standby", func(t *testing.T) {
+		// A standby that could be promoted went away: the page says which,
+		// since when, and how long the buffers carry callers.
+		store := allocator.NewMemStore()
+		if _, err := store.CreateTag(t.Context(), allocator.TagSpec{Name: "order", Step: 1000}); err != nil {
+			t.Fatal(err)
+		}
+		a := allocator.New(allocator.Config{Store: store, Logger: quiet()})
+		t.Cleanup(func() { a.Close(context.Background()) })
+		since := time.Now().Add(-90 * time.Second).UTC()
+		away := allocator.Standby{Name: "db2", Kind: allocator.KindRemembered, State: "disconnected"}
+		src := replicationSource{st: allocator.ReplicationStatus{Timeline: 1, InitialTimeline: 1, Required: allocator.ReplicasAuto, Ack: allocator.AckFlush,
+			Standbys: []allocator.Standby{away}, Held: []allocator.HeldStandby{{Standby: away, Since: since}}}}
+		srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), Replication: src})))
+		t.Cleanup(srv.Close)
+		held := &pgInstance{srv: srv}
+		held.take(t, "order", 5)
+		if _, h := held.health(t, ""); h.Replication == nil || len(h.Replication.HeldStandbys) != 1 {
+			t.Fatalf("/id/health: %+v", h.Replication)
+		}
+
+		dom := string(runChromium(t, bin, srv.URL+"/id/dashboard", 2000, "--dump-dom"))
+		i := strings.Index(dom, `<section id="held"`)
+		if i < 0 || strings.HasPrefix(dom[i:], `<section id="held" hidden`) {
+			t.Fatalf("the held standbys are not shown:\n%s", dom)
+		}
+		section := dom[i:min(len(dom), i+1500)]
+		for _, want := range []string{
+			`data-standby="db2"`, "standby db2 (remembered, disconnected) since ", "s ago", "the buffers last",
+		} {
+			if !strings.Contains(section, want) {
+				t.Errorf("the held standby section lacks %q:\n%s", want, section)
+			}
+		}
+		// Held since 90 s before the page read /id/health.
+		if !regexp.MustCompile(`held for [1-9]m [0-9]+s`).MatchString(section) {
+			t.Errorf("the held standby section does not say for how long:\n%s", section)
+		}
+		if strings.Contains(dom, ">1 loads<") {
+			t.Errorf("the page says \"1 loads\"")
+		}
+		shot := filepath.Join(artifactDir(t), "dashboard-held.png")
+		runChromium(t, bin, srv.URL+"/id/dashboard", 2000, "--screenshot="+shot, "--window-size=1440,600")
+		t.Logf("screenshot: %s", shot)
+	})
 
 	t.Run("database down", func(t *testing.T) {
 		pg.Stop(t, false)

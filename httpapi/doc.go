@@ -16,16 +16,17 @@
 // (limits.go) bound query and body sizes, read times, IDs per second per
 // token or client address, and range requests (database writes) per second
 // per token or address. Routes added beside these that hand out IDs
-// wrap themselves in Server.IDAccess and call Server.AuthorizeTag once they
-// know their tag.
+// wrap themselves in Server.IDAccess, call Server.AuthorizeTag once they
+// know their tag, and answer errors with Server.WriteError.
 //
 // IDs are JSON strings because JavaScript numbers lose integers above 2^53;
 // send "Accept: text/plain" to /id to get the bare decimal number instead.
 //
 // Errors are JSON, {"error":{"code":"unknown_tag","message":"…"}}, with a
 // stable code: 400 for bad input, 404 for an unknown tag, 503 with
-// Retry-After when no ID can be handed out. Every error maps to its status in
-// one place (errors.go).
+// Retry-After when no ID can be handed out. Every error maps to its status,
+// code and Retry-After in one table (errorTable in errors.go, rendered in
+// docs/errors.md).
 //
 //	srv := httpapi.NewServer(httpapi.Config{Allocator: a})
 //	http.ListenAndServe(":8080", srv)

@@ -3,7 +3,6 @@ package httpapi
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"math"
 	"net/http"
 	"strconv"
@@ -14,32 +13,182 @@ import (
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/internal/redact"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/snowflake"
 )
 
-// Error codes: stable, machine-readable, part of the API.
+// This file is the one place where errors become HTTP: errorTable says, for
+// every error a handler can meet, its status, code, Retry-After, public
+// message and whether it counts as a refusal; Server.WriteError writes it.
+// docs/errors.md and the code enum of openapi.yaml are checked against the
+// table by the tests.
+
+// Error codes: stable, machine-readable, part of the API (the client and
+// cmd/idmint match on them).
 const (
-	CodeBadRequest    = "bad_request"
-	CodeInvalidTag    = "invalid_biz_tag"
-	CodeInvalidCount  = "invalid_count"
-	CodeInvalidFormat = "invalid_format"
-	CodeUnknownTag    = "unknown_tag"
-	CodeUnavailable   = "unavailable"
-	CodeRolledBack    = "rolled_back"
-	CodeExhausted     = "tag_exhausted"
-	CodeShuttingDown  = "shutting_down"
-	CodeNotFound      = "not_found"
-	CodeMethod        = "method_not_allowed"
-	CodeInternal      = "internal"
+	CodeBadRequest            = "bad_request"
+	CodeInvalidTag            = "invalid_biz_tag"
+	CodeInvalidCount          = "invalid_count"
+	CodeInvalidFormat         = "invalid_format"
+	CodeInvalidSize           = "invalid_size"
+	CodeInvalidRequestID      = "invalid_request_id"
+	CodeInvalidRange          = "invalid_range"
+	CodeInvalidHolderKey      = "invalid_holder_key"
+	CodeInvalidFloor          = "invalid_floor"
+	CodeInvalidID             = "invalid_id"
+	CodeInvalidJSON           = "invalid_json"
+	CodeInvalidSpec           = "invalid_request"
+	CodeUnauthorized          = "unauthorized"
+	CodeForbidden             = "forbidden"
+	CodeUnknownTag            = "unknown_tag"
+	CodeNotFound              = "not_found"
+	CodeMethod                = "method_not_allowed"
+	CodeRequestConflict       = "request_conflict"
+	CodeNotHolder             = "not_holder"
+	CodeGivenBack             = "given_back"
+	CodeTagExists             = "tag_exists"
+	CodeNotRaised             = "not_raised"
+	CodeBodyTooLarge          = "body_too_large"
+	CodeQueryTooLong          = "query_too_long"
+	CodeRateLimited           = "rate_limited"
+	CodeInternal              = "internal"
+	CodeUnavailable           = "unavailable"
+	CodeRolledBack            = "rolled_back"
+	CodeExhausted             = "tag_exhausted"
+	CodeShuttingDown          = "shutting_down"
+	CodeSnowflakeNoWorker     = "snowflake_no_worker"
+	CodeSnowflakeLeaseExpired = "snowflake_lease_expired"
+	CodeSnowflakeClockSkew    = "snowflake_clock_skew"
+	CodeSnowflakeBackwards    = "snowflake_clock_backwards"
+	CodeSnowflakeExhausted    = "snowflake_time_exhausted"
+)
+
+const (
 	defaultRetryAfter = time.Second
 	// maxLogged bounds what a request puts in a log line or an error.
 	maxLogged = 256
 )
 
-// apiError is an error with its HTTP status and code.
+// retryRule says what Retry-After a row sends.
+type retryRule uint8
+
+const (
+	retryNone retryRule = iota
+	// retryFixed is defaultRetryAfter.
+	retryFixed
+	// retryFromError is the wait the error carries (a rate limit's, a
+	// segment.UnavailableError's), else defaultRetryAfter.
+	retryFromError
+)
+
+// errorRule is one row of errorTable.
+type errorRule struct {
+	// err is the sentinel the row matches with errors.Is. A row without
+	// one is httpapi's own error of that code, built with requestError.
+	err    error
+	status int
+	code   string
+	retry  retryRule
+	// message is the public message; "" sends the error's own text,
+	// redacted.
+	message string
+	// refusal counts the reply in idmint_http_refused_total: the request
+	// was turned away by access control or a limit.
+	refusal bool
+	// when says in a few words when the row applies, for docs/errors.md.
+	when string
+}
+
+// errorTable maps every error to its reply. Sentinel rows are tried in
+// order (the first whose err matches wins); an error that matches none is
+// a 500 "internal error" with the details only in the log.
+var errorTable = []errorRule{
+	// httpapi's own errors: bad input, access control, limits, routing.
+	{code: CodeInvalidTag, status: http.StatusBadRequest, when: "missing, repeated or malformed `biz_tag` (1-64 of `A-Za-z0-9_.:-`, starting with a letter or digit)"},
+	{code: CodeInvalidCount, status: http.StatusBadRequest, when: "`count` missing or outside 1…max"},
+	{code: CodeInvalidFormat, status: http.StatusBadRequest, when: "`format` other than `list` or `ranges`, or repeated"},
+	{code: CodeBadRequest, status: http.StatusBadRequest, when: "a `/v1/segments` body that is not one JSON object of the documented fields; a bad standby name"},
+	{code: CodeInvalidRequestID, status: http.StatusBadRequest, when: "`request_id` missing, not a UUID in its 36-character form, or the nil UUID"},
+	{code: CodeInvalidSize, status: http.StatusBadRequest, when: "`size` outside 0…100,000,000"},
+	{code: CodeInvalidRange, status: http.StatusBadRequest, when: "a give-back whose `first`/`last` (decimal strings) are not 1 ≤ first ≤ last"},
+	{code: CodeInvalidHolderKey, status: http.StatusBadRequest, when: "a `/v1/segments` request without a `holder_key` of 22-128 characters of `A-Za-z0-9_-`"},
+	{code: CodeInvalidFloor, status: http.StatusBadRequest, when: "a negative `floor`"},
+	{code: CodeInvalidID, status: http.StatusBadRequest, when: "`/snowflake/parse` without exactly one `id`"},
+	{code: CodeInvalidJSON, status: http.StatusBadRequest, when: "admin API: a body that is not the JSON asked for (the message names the field and what it wants)"},
+	{code: CodeUnauthorized, status: http.StatusUnauthorized, refusal: true, when: "missing, malformed, invalid or revoked bearer token; `WWW-Authenticate: Bearer realm=\"idmint\"`"},
+	{code: CodeForbidden, status: http.StatusForbidden, refusal: true, when: "the token's scopes do not cover the route or the `biz_tag`"},
+	{code: CodeNotFound, status: http.StatusNotFound, when: "no such endpoint (the message points at `/id/dashboard`, `/id/health` and `/openapi.yaml`); no such standby"},
+	{code: CodeMethod, status: http.StatusMethodNotAllowed, when: "a method the route does not take (GET routes; POST for `/v1/segments`)"},
+	{code: CodeRateLimited, status: http.StatusTooManyRequests, retry: retryFromError, refusal: true, when: "the token (or address) took its IDs per second, or made its range requests per second"},
+	{code: CodeQueryTooLong, status: http.StatusRequestURITooLong, refusal: true, when: "query string over 2048 bytes (a header over 16 KiB is refused by Go's server itself, 431, plain text)"},
+	{code: CodeBodyTooLarge, status: http.StatusRequestEntityTooLarge, refusal: true, when: "request body over 64 KiB"},
+	{code: CodeUnavailable, status: http.StatusServiceUnavailable, retry: retryFixed, when: "tokens cannot be checked: the token store cannot be reached"},
+	{code: CodeInternal, status: http.StatusInternalServerError, message: "internal error", when: "a bug or a panic; the details are in the log, never in the reply"},
+
+	// Sentinel errors of the packages below, in the order they are tried.
+	{err: allocator.ErrNotHolder, code: CodeNotHolder, status: http.StatusConflict,
+		message: "request_id belongs to another caller: a retry or a give-back must come from the principal that made the request, with its holder_key; nothing changed",
+		when:    "the `request_id` belongs to another caller (another principal or holder key) or to an instance: nothing granted or given back"},
+	{err: allocator.ErrGivenBack, code: CodeGivenBack, status: http.StatusConflict,
+		message: "the whole range of request_id was given back: it keeps no ids; ask with a new request_id",
+		when:    "a retried grant whose whole range was given back"},
+	{err: allocator.ErrRequestConflict, code: CodeRequestConflict, status: http.StatusConflict, when: "the `request_id` was granted for another tag"},
+	{err: allocator.ErrExists, code: CodeTagExists, status: http.StatusConflict, when: "admin API: the tag exists"},
+	{err: allocator.ErrNotRaised, code: CodeNotRaised, status: http.StatusConflict, when: "admin API: a bump that would not raise `max_id`; nothing changed"},
+	{err: allocator.ErrInvalidSpec, code: CodeInvalidSpec, status: http.StatusBadRequest, when: "admin API: tag settings out of bounds"},
+	{err: snowflake.ErrInvalidID, code: CodeInvalidID, status: http.StatusBadRequest, when: "`/snowflake/parse`: an `id` that is not a snowflake of this layout"},
+	{err: snowflake.ErrNoWorker, code: CodeSnowflakeNoWorker, status: http.StatusServiceUnavailable, retry: retryFixed,
+		message: "no snowflake ids from this instance: it holds no worker id (every worker id is leased by another instance, or the database cannot be reached); it keeps trying. Segment ids (/id) are not affected",
+		when:    "this instance holds no worker ID"},
+	{err: snowflake.ErrLeaseExpired, code: CodeSnowflakeLeaseExpired, status: http.StatusServiceUnavailable, retry: retryFixed,
+		message: "no snowflake ids from this instance: its worker id lease could not be renewed in time; retry later or elsewhere",
+		when:    "the worker ID's lease could not be renewed in time"},
+	{err: snowflake.ErrClockSkew, code: CodeSnowflakeClockSkew, status: http.StatusServiceUnavailable, retry: retryFixed,
+		message: "no snowflake ids from this instance: its clock differs from the database's by more than the margin",
+		when:    "the clock differs from the database's by more than the margin"},
+	{err: snowflake.ErrClockBackwards, code: CodeSnowflakeBackwards, status: http.StatusServiceUnavailable, retry: retryFixed,
+		message: "no snowflake ids from this instance: its clock is behind the last timestamp used by more than the longest wait",
+		when:    "the clock went back by more than the longest wait"},
+	{err: snowflake.ErrTimeExhausted, code: CodeSnowflakeExhausted, status: http.StatusServiceUnavailable,
+		message: "the snowflake layout's time bits are used up (or its epoch is ahead of the clock)",
+		when:    "the layout's time bits are used up"},
+	{err: snowflake.ErrClosed, code: CodeShuttingDown, status: http.StatusServiceUnavailable, retry: retryFixed,
+		message: "idmint is shutting down", when: "the instance is stopping (snowflake node closed)"},
+	{err: allocator.ErrInvalidTag, code: CodeInvalidTag, status: http.StatusBadRequest, when: "a malformed `biz_tag` found by the allocator"},
+	{err: allocator.ErrUnknownTag, code: CodeUnknownTag, status: http.StatusNotFound, when: "no such tag (tags are never created by a request)"},
+	{err: allocator.ErrExhausted, code: CodeExhausted, status: http.StatusServiceUnavailable,
+		message: "biz_tag exhausted: no ids left below 2^63-1",
+		when:    "the tag reached 2^63-1: no segment of its step fits below it (the IDs left are handed out first, `/ids` giving fewer than `count`)"},
+	{err: allocator.ErrClosed, code: CodeShuttingDown, status: http.StatusServiceUnavailable, retry: retryFixed,
+		message: "idmint is shutting down", when: "the instance is stopping"},
+	{err: allocator.ErrRolledBack, code: CodeRolledBack, status: http.StatusServiceUnavailable, retry: retryFromError,
+		message: "the database granted ids at or below ids already handed out (restored backup or lagging replica?); refusing to serve them until an operator bumps the tag",
+		when:    "a range below what this instance already served reached it and was refused (see the README's \"After a database restore\")"},
+	{err: allocator.ErrUnavailable, code: CodeUnavailable, status: http.StatusServiceUnavailable, retry: retryFromError,
+		message: "no ids available right now: the segment store cannot be reached; retry later",
+		when:    "no ID in memory and the database cannot be reached"},
+	{err: context.DeadlineExceeded, code: CodeUnavailable, status: http.StatusServiceUnavailable, retry: retryFromError,
+		message: "no ids available right now: the segment store cannot be reached; retry later",
+		when:    "the request's time ran out waiting for the database"},
+}
+
+// ownRules indexes the rows of httpapi's own errors by code; internalRule
+// is the row of everything the table does not know.
+var ownRules, internalRule = func() (map[string]*errorRule, *errorRule) {
+	m := map[string]*errorRule{}
+	for i := range errorTable {
+		if errorTable[i].err == nil {
+			m[errorTable[i].code] = &errorTable[i]
+		}
+	}
+	return m, m[CodeInternal]
+}()
+
+// apiError is one of httpapi's own errors: a code of the table and the
+// message it sends.
 type apiError struct {
-	status     int
-	code       string
-	message    string
+	code    string
+	message string
+	// retryAfter is the wait of a retryFromError row (a rate limit's).
 	retryAfter time.Duration
 	// challenge is the WWW-Authenticate header of a 401.
 	challenge string
@@ -47,41 +196,35 @@ type apiError struct {
 
 func (e *apiError) Error() string { return e.message }
 
-func badRequest(code, message string) *apiError {
-	return &apiError{status: http.StatusBadRequest, code: code, message: message}
+// requestError is httpapi's own error of code (a row of errorTable without
+// a sentinel), with its message: bad input, access control, limits.
+func requestError(code, message string) *apiError {
+	return &apiError{code: code, message: message}
 }
 
-// toAPIError maps every error a handler can meet to its status: the one
-// place where errors become HTTP. Messages never carry SQL or stack traces.
-func toAPIError(err error) *apiError {
-	var ae *apiError
-	if errors.As(err, &ae) {
-		return ae
+// lookup returns err's row: its own row for an apiError, else the first
+// sentinel row that matches, else internalRule.
+func lookup(err error) *errorRule {
+	if ae, ok := errors.AsType[*apiError](err); ok {
+		if rule := ownRules[ae.code]; rule != nil {
+			return rule
+		}
+		return internalRule
 	}
-	if ae, ok := snowflakeAPIError(err); ok {
-		return ae
+	for i := range errorTable {
+		if rule := &errorTable[i]; rule.err != nil && errors.Is(err, rule.err) {
+			return rule
+		}
 	}
-	switch {
-	case errors.Is(err, allocator.ErrInvalidTag):
-		return badRequest(CodeInvalidTag, err.Error())
-	case errors.Is(err, allocator.ErrUnknownTag):
-		return &apiError{status: http.StatusNotFound, code: CodeUnknownTag, message: err.Error()}
-	case errors.Is(err, allocator.ErrExhausted):
-		return &apiError{status: http.StatusServiceUnavailable, code: CodeExhausted, message: "biz_tag exhausted: no ids left below 2^63-1"}
-	case errors.Is(err, allocator.ErrClosed):
-		return &apiError{status: http.StatusServiceUnavailable, code: CodeShuttingDown, message: "idmint is shutting down", retryAfter: defaultRetryAfter}
-	case errors.Is(err, allocator.ErrRolledBack):
-		return &apiError{status: http.StatusServiceUnavailable, code: CodeRolledBack,
-			message:    "the database granted ids at or below ids already handed out (restored backup or lagging replica?); refusing to serve them until an operator bumps the tag",
-			retryAfter: retryAfter(err)}
-	case errors.Is(err, allocator.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
-		return &apiError{status: http.StatusServiceUnavailable, code: CodeUnavailable,
-			message: "no ids available right now: the segment store cannot be reached; retry later", retryAfter: retryAfter(err)}
-	}
-	return &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: "internal error"}
+	return internalRule
 }
 
+// retryAfter is the wait err carries: a rate limit's, or a segment store's
+// (segment.UnavailableError); defaultRetryAfter when none.
 func retryAfter(err error) time.Duration {
+	if ae, ok := errors.AsType[*apiError](err); ok && ae.retryAfter > 0 {
+		return ae.retryAfter
+	}
 	var ue *segment.UnavailableError
 	if errors.As(err, &ue) && ue.RetryAfter > 0 {
 		return ue.RetryAfter
@@ -96,23 +239,39 @@ type errorBody struct {
 	} `json:"error"`
 }
 
-// writeError writes err as JSON. Server-side failures are logged with the
-// error, redacted (at most one line a second per code through the
-// server's logger: see failureLog); the client gets the mapped message.
-func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
-	ae := toAPIError(err)
-	if ae.status >= 500 {
-		log.Warn(requestFailed, "path", truncate(r.URL.Path, maxLogged), "query", truncate(r.URL.RawQuery, maxLogged),
-			"status", ae.status, "code", ae.code, "err", redact.Error(err), "request_id", middleware.GetReqID(r.Context()))
+// WriteError writes err as idmint's JSON error, as its row of errorTable
+// says: the one way handlers answer with an error (routes a program adds
+// beside idmint's use it too, e.g. for AuthorizeTag's refusals). A refusal
+// is counted in idmint_http_refused_total; a 5xx is logged with the error,
+// redacted (at most one line a second per code: see failureLog). The
+// reply's message is redacted too, and never holds a stack trace or SQL.
+func (s *Server) WriteError(w http.ResponseWriter, r *http.Request, err error) {
+	rule := lookup(err)
+	if rule.refusal {
+		s.cfg.Metrics.refusedCounter().WithLabelValues(rule.code).Inc()
 	}
-	if ae.challenge != "" {
+	if rule.status >= 500 {
+		s.cfg.Logger.Warn(requestFailed, "path", truncate(r.URL.Path, maxLogged), "query", truncate(r.URL.RawQuery, maxLogged),
+			"status", rule.status, "code", rule.code, "err", redact.Error(err), "request_id", middleware.GetReqID(r.Context()))
+	}
+	if ae, ok := errors.AsType[*apiError](err); ok && ae.challenge != "" {
 		w.Header().Set("WWW-Authenticate", ae.challenge)
 	}
-	if ae.retryAfter > 0 {
-		secs := int(math.Ceil(ae.retryAfter.Seconds()))
+	var wait time.Duration
+	switch rule.retry {
+	case retryFixed:
+		wait = defaultRetryAfter
+	case retryFromError:
+		wait = retryAfter(err)
+	}
+	if wait > 0 {
+		secs := int(math.Ceil(wait.Seconds()))
 		w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
 	}
 	var body errorBody
-	body.Error.Code, body.Error.Message = ae.code, redact.String(ae.message)
-	writeJSON(w, ae.status, body)
+	body.Error.Code = rule.code
+	if body.Error.Message = rule.message; rule.message == "" {
+		body.Error.Message = redact.Error(err)
+	}
+	writeJSON(w, rule.status, body)
 }

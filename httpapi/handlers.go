@@ -22,12 +22,12 @@ import (
 func (s *Server) handleID(w http.ResponseWriter, r *http.Request) {
 	tag, err := tagParam(r.URL.RawQuery)
 	if err != nil {
-		writeError(w, r, s.cfg.Logger, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	id, err := s.cfg.Allocator.Next(r.Context(), tag)
 	if err != nil {
-		writeError(w, r, s.cfg.Logger, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	buf := replies.Get().(*reply)
@@ -49,17 +49,17 @@ func (s *Server) handleIDs(w http.ResponseWriter, r *http.Request) {
 	raw := r.URL.RawQuery
 	tag, err := tagParam(raw)
 	if err != nil {
-		writeError(w, r, s.cfg.Logger, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	n, err := countParam(raw, s.cfg.MaxCount)
 	if err != nil {
-		writeError(w, r, s.cfg.Logger, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	asRanges, err := formatParam(raw)
 	if err != nil {
-		writeError(w, r, s.cfg.Logger, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	buf := replies.Get().(*reply)
@@ -67,7 +67,7 @@ func (s *Server) handleIDs(w http.ResponseWriter, r *http.Request) {
 	// IDs taken before an error are handed out (fewer than count) rather
 	// than lost.
 	if buf.ranges, err = s.cfg.Allocator.NextRanges(r.Context(), tag, n, buf.ranges[:0]); err != nil && len(buf.ranges) == 0 {
-		writeError(w, r, s.cfg.Logger, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	b := append(buf.b[:0], `{"biz_tag":`...)
@@ -171,19 +171,19 @@ func tagParam(raw string) (string, error) {
 }
 
 var (
-	errTagRequired = badRequest(CodeInvalidTag, "biz_tag is required, e.g. /id?biz_tag=order")
-	errTagTwice    = badRequest(CodeInvalidTag, "give biz_tag once")
+	errTagRequired = requestError(CodeInvalidTag, "biz_tag is required, e.g. /id?biz_tag=order")
+	errTagTwice    = requestError(CodeInvalidTag, "give biz_tag once")
 )
 
 // countParam returns the count of a raw query: a decimal from 1 to limit.
 func countParam(raw string, limit int) (int, error) {
 	v, n := queryParam(raw, "count")
 	if n != 1 {
-		return 0, badRequest(CodeInvalidCount, fmt.Sprintf("count is required once, 1 to %d", limit))
+		return 0, requestError(CodeInvalidCount, fmt.Sprintf("count is required once, 1 to %d", limit))
 	}
 	c, err := strconv.Atoi(v)
 	if err != nil || c < 1 || c > limit {
-		return 0, badRequest(CodeInvalidCount, fmt.Sprintf("count must be a whole number from 1 to %d", limit))
+		return 0, requestError(CodeInvalidCount, fmt.Sprintf("count must be a whole number from 1 to %d", limit))
 	}
 	return c, nil
 }
@@ -198,7 +198,7 @@ func formatParam(raw string) (ranges bool, err error) {
 	case n == 1 && v == "ranges":
 		return true, nil
 	}
-	return false, badRequest(CodeInvalidFormat, "format must be given at most once: list (the default) or ranges")
+	return false, requestError(CodeInvalidFormat, "format must be given at most once: list (the default) or ranges")
 }
 
 // parseTag returns the one biz_tag of a query, validated.
@@ -211,7 +211,7 @@ func parseTag(q url.Values) (string, error) {
 		return "", errTagTwice
 	}
 	if err := allocator.ValidateTag(vals[0]); err != nil {
-		return "", badRequest(CodeInvalidTag, err.Error())
+		return "", requestError(CodeInvalidTag, err.Error())
 	}
 	return vals[0], nil
 }

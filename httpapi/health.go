@@ -102,13 +102,13 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	if asked {
 		tag, err := parseTag(r.URL.Query())
 		if err != nil {
-			writeError(w, r, s.cfg.Logger, err)
+			s.WriteError(w, r, err)
 			return
 		}
 		st, err := s.cfg.Allocator.TagStats(r.Context(), tag)
 		if err != nil && st.Tag == "" {
-			if e := toAPIError(err); e.status != http.StatusServiceUnavailable {
-				writeError(w, r, s.cfg.Logger, err)
+			if lookup(err).status != http.StatusServiceUnavailable {
+				s.WriteError(w, r, err)
 				return
 			}
 			// Known or not, it cannot be served now: report it as such.

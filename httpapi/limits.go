@@ -93,38 +93,21 @@ func (s *Server) HTTPServer() *http.Server {
 	}
 }
 
-// Error codes of the limits.
-const (
-	CodeRateLimited  = "rate_limited"
-	CodeQueryTooLong = "query_too_long"
-	CodeBodyTooLarge = "body_too_large"
-	CodeInvalidJSON  = "invalid_json"
-)
-
 // limitRequest refuses a query or a declared body over the limits, before
 // anything reads them. It costs two comparisons.
 func (s *Server) limitRequest(next http.Handler) http.Handler {
 	maxQuery, maxBody := s.cfg.Limits.MaxQueryBytes, s.cfg.Limits.MaxBodyBytes
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if len(r.URL.RawQuery) > maxQuery {
-			s.refuse(w, r, &apiError{status: http.StatusRequestURITooLong, code: CodeQueryTooLong,
-				message: "query string too long"})
+			s.WriteError(w, r, requestError(CodeQueryTooLong, "query string too long"))
 			return
 		}
 		if r.ContentLength > maxBody {
-			s.refuse(w, r, &apiError{status: http.StatusRequestEntityTooLarge, code: CodeBodyTooLarge,
-				message: "request body too large"})
+			s.WriteError(w, r, requestError(CodeBodyTooLarge, "request body too large"))
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// refuse answers a request turned away by access control or a limit, and
-// counts it in idmint_http_refused_total by code.
-func (s *Server) refuse(w http.ResponseWriter, r *http.Request, e *apiError) {
-	s.cfg.Metrics.refusedCounter().WithLabelValues(e.code).Inc()
-	writeError(w, r, s.cfg.Logger, e)
 }
 
 // refusedCounter returns idmint_http_refused_total, registering it on
@@ -135,8 +118,10 @@ func (m *Metrics) refusedCounter() *prometheus.CounterVec {
 			Name: "idmint_http_refused_total",
 			Help: "Requests refused by access control or a limit, by error code (unauthorized, forbidden, rate_limited, query_too_long, body_too_large).",
 		}, []string{"code"})
-		for _, c := range []string{CodeUnauthorized, CodeForbidden, CodeRateLimited, CodeQueryTooLong, CodeBodyTooLarge} {
-			m.refused.WithLabelValues(c)
+		for _, rule := range errorTable {
+			if rule.refusal {
+				m.refused.WithLabelValues(rule.code)
+			}
 		}
 		m.reg.MustRegister(m.refused)
 	})
@@ -234,8 +219,9 @@ func (c *idCharge) settle(got int64) {
 }
 
 func rateLimited(wait time.Duration) *apiError {
-	return &apiError{status: http.StatusTooManyRequests, code: CodeRateLimited,
-		message: "too many ids asked for; retry after the time in Retry-After", retryAfter: max(wait, time.Second)}
+	e := requestError(CodeRateLimited, "too many ids asked for; retry after the time in Retry-After")
+	e.retryAfter = max(wait, time.Second)
+	return e
 }
 
 // chargeToken charges n IDs to p's limiter, if it has one.

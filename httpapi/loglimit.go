@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// requestFailed is the message of the line writeError logs for a 5xx.
+// requestFailed is the message of the line Server.WriteError logs for a 5xx.
 const requestFailed = "request failed"
 
 // Bounds of the failure log.
@@ -65,7 +65,7 @@ func (l *logLimiter) allow(key string) (ok bool, suppressed int64) {
 }
 
 // failureLog is the server's log handler: it passes every record on, but
-// writes writeError's "request failed" lines at most once a second per
+// writes Server.WriteError's "request failed" lines at most once a second per
 // error code, the next line carrying "suppressed": how many were dropped.
 // A cluster whose worker IDs are all held answers thousands of 503s a
 // second; each is still counted in idmint_http_requests_total.

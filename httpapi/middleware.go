@@ -54,7 +54,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			}
 			s.cfg.Logger.Error("panic serving request", "path", truncate(r.URL.Path, maxLogged), "panic", v,
 				"request_id", rc.requestID(), "stack", string(stack()))
-			writeError(&ex.rec, r, s.cfg.Logger, &apiError{status: http.StatusInternalServerError, code: CodeInternal, message: "internal error"})
+			s.WriteError(&ex.rec, r, requestError(CodeInternal, "internal error"))
 		}
 		rc.finish()
 		elapsed := s.cfg.Now().Sub(start)

@@ -245,7 +245,7 @@ func (s *Server) mountStandbys(r chi.Router) {
 	admin.Get("/v1/standbys", func(w http.ResponseWriter, r *http.Request) {
 		recs, err := sa.Standbys(r.Context())
 		if err != nil {
-			writeError(w, r, s.cfg.Logger, err)
+			s.WriteError(w, r, err)
 			return
 		}
 		if recs == nil {
@@ -258,15 +258,15 @@ func (s *Server) mountStandbys(r chi.Router) {
 	admin.Delete("/v1/standbys/{name}", func(w http.ResponseWriter, r *http.Request) {
 		name := chi.URLParam(r, "name")
 		if name == "" || len(name) > 200 {
-			writeError(w, r, s.cfg.Logger, badRequest(CodeBadRequest, "standby name: 1 to 200 characters"))
+			s.WriteError(w, r, requestError(CodeBadRequest, "standby name: 1 to 200 characters"))
 			return
 		}
 		err := sa.ForgetStandby(r.Context(), name)
 		if errors.Is(err, allocator.ErrNotFound) {
-			err = &apiError{status: http.StatusNotFound, code: CodeNotFound, message: "no standby of that name is remembered (or it is forgotten already)"}
+			err = requestError(CodeNotFound, "no standby of that name is remembered (or it is forgotten already)")
 		}
 		if err != nil {
-			writeError(w, r, s.cfg.Logger, err)
+			s.WriteError(w, r, err)
 			return
 		}
 		s.cfg.Logger.Warn("standby forgotten over the admin API: it no longer holds grants back until it is seen streaming again",

@@ -2,10 +2,8 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"regexp"
 
@@ -13,18 +11,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idmint/idmint/allocator"
-)
-
-// Error codes of the range endpoints.
-const (
-	CodeInvalidSize      = "invalid_size"
-	CodeInvalidRequestID = "invalid_request_id"
-	CodeInvalidRange     = "invalid_range"
-	CodeRequestConflict  = "request_conflict"
-	CodeInvalidHolderKey = "invalid_holder_key"
-	CodeInvalidFloor     = "invalid_floor"
-	CodeNotHolder        = "not_holder"
-	CodeGivenBack        = "given_back"
 )
 
 // anonymous is the principal of every caller in the open mode: there the
@@ -107,7 +93,7 @@ type GiveBackResponse struct {
 func (s *Server) segmentsRouter(g SegmentGranter) chi.Router {
 	r := chi.NewRouter()
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, r, s.cfg.Logger, &apiError{status: http.StatusMethodNotAllowed, code: CodeMethod, message: "method " + r.Method + " not allowed; use POST"})
+		s.WriteError(w, r, requestError(CodeMethod, "method "+truncate(r.Method, 16)+" not allowed; use POST"))
 	})
 	r.Post("/", func(w http.ResponseWriter, r *http.Request) { s.handleGrant(w, r, g) })
 	r.Post("/giveback", func(w http.ResponseWriter, r *http.Request) { s.handleGiveBack(w, r, g) })
@@ -120,12 +106,12 @@ func (s *Server) handleGrant(w http.ResponseWriter, r *http.Request, g SegmentGr
 	switch {
 	case err != nil:
 	case req.Size < 0 || req.Size > maxRangeSize:
-		err = badRequest(CodeInvalidSize, fmt.Sprintf("size must be from 0 (the tag's step) to %d", maxRangeSize))
+		err = requestError(CodeInvalidSize, fmt.Sprintf("size must be from 0 (the tag's step) to %d", maxRangeSize))
 	case req.Floor < 0:
-		err = badRequest(CodeInvalidFloor, "floor: want the highest id granted to the caller for the tag (0: none), as a decimal string")
+		err = requestError(CodeInvalidFloor, "floor: want the highest id granted to the caller for the tag (0: none), as a decimal string")
 	}
 	if err != nil {
-		writeError(w, r, s.cfg.Logger, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	if err := s.AuthorizeTag(r, req.Tag); err != nil {
@@ -136,14 +122,14 @@ func (s *Server) handleGrant(w http.ResponseWriter, r *http.Request, g SegmentGr
 	// as well: up front by the size asked, settled at the size granted.
 	charge, refused := s.chargeIDs(r, req.Size)
 	if refused != nil {
-		s.refuse(w, r, refused)
+		s.WriteError(w, r, refused)
 		return
 	}
 	holder := allocator.NewHolder(s.principalOf(r), req.HolderKey)
 	seg, recovered, err := g.GrantRange(r.Context(), allocator.RangeRequest{ID: id, Tag: req.Tag, Size: req.Size, Holder: holder, Floor: req.Floor})
 	if err != nil {
 		charge.settle(0)
-		writeError(w, r, s.cfg.Logger, rangeError(err))
+		s.WriteError(w, r, err)
 		return
 	}
 	charge.settle(seg.Last - seg.First + 1)
@@ -157,10 +143,10 @@ func (s *Server) handleGiveBack(w http.ResponseWriter, r *http.Request, g Segmen
 	var req GiveBackRequest
 	id, err := decodeRange(w, r, &req, func() (string, string, string) { return req.Tag, req.RequestID, req.HolderKey })
 	if err == nil && (req.First < 1 || req.First > req.Last) {
-		err = badRequest(CodeInvalidRange, "first and last: want 1 <= first <= last, as decimal strings")
+		err = requestError(CodeInvalidRange, "first and last: want 1 <= first <= last, as decimal strings")
 	}
 	if err != nil {
-		writeError(w, r, s.cfg.Logger, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	if err := s.AuthorizeTag(r, req.Tag); err != nil {
@@ -169,13 +155,13 @@ func (s *Server) handleGiveBack(w http.ResponseWriter, r *http.Request, g Segmen
 	}
 	// A give-back takes no IDs but costs a statement: charged as one.
 	if _, refused := s.chargeIDs(r, 1); refused != nil {
-		s.refuse(w, r, refused)
+		s.WriteError(w, r, refused)
 		return
 	}
 	holder := allocator.NewHolder(s.principalOf(r), req.HolderKey)
 	ok, err := g.ReturnRange(r.Context(), id, holder, req.Tag, req.First, req.Last)
 	if err != nil {
-		writeError(w, r, s.cfg.Logger, rangeError(err))
+		s.WriteError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, GiveBackResponse{Tag: req.Tag, RequestID: id.String(), First: req.First, Last: req.Last, GivenBack: ok})
@@ -202,46 +188,24 @@ const maxRangeBody = 4 << 10
 // request ID and holder key that fields returns. Its errors never quote the
 // holder key.
 func decodeRange(w http.ResponseWriter, r *http.Request, dst any, fields func() (tag, requestID, holderKey string)) (uuid.UUID, error) {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRangeBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(dst); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return uuid.Nil, badRequest(CodeBadRequest, fmt.Sprintf("body larger than %d bytes", maxRangeBody))
-		}
-		return uuid.Nil, badRequest(CodeBadRequest, "body: want one JSON object: "+err.Error())
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return uuid.Nil, badRequest(CodeBadRequest, "body: want one JSON object and nothing after it")
+	if err := decodeBody(w, r, maxRangeBody, dst); errors.Is(err, errBodyTooLarge) {
+		return uuid.Nil, requestError(CodeBadRequest, fmt.Sprintf("body larger than %d bytes", maxRangeBody))
+	} else if err != nil {
+		return uuid.Nil, requestError(CodeBadRequest, err.Error())
 	}
 	tag, rid, key := fields()
 	if tag == "" {
-		return uuid.Nil, badRequest(CodeInvalidTag, "biz_tag is required")
+		return uuid.Nil, requestError(CodeInvalidTag, "biz_tag is required")
 	}
 	if err := allocator.ValidateTag(tag); err != nil {
-		return uuid.Nil, badRequest(CodeInvalidTag, err.Error())
+		return uuid.Nil, requestError(CodeInvalidTag, err.Error())
 	}
 	id, err := uuid.Parse(rid)
 	if err != nil || id == uuid.Nil || len(rid) != 36 {
-		return uuid.Nil, badRequest(CodeInvalidRequestID, "request_id: want a UUID (e.g. a UUIDv7) in its 36-character form, chosen once and reused on every retry")
+		return uuid.Nil, requestError(CodeInvalidRequestID, "request_id: want a UUID (e.g. a UUIDv7) in its 36-character form, chosen once and reused on every retry")
 	}
 	if !holderKeyPattern.MatchString(key) {
-		return uuid.Nil, badRequest(CodeInvalidHolderKey, "holder_key: want a secret of 22 to 128 characters of [A-Za-z0-9_-] (e.g. 32 random bytes in unpadded base64url), chosen with the request_id and sent again on every retry and give-back")
+		return uuid.Nil, requestError(CodeInvalidHolderKey, "holder_key: want a secret of 22 to 128 characters of [A-Za-z0-9_-] (e.g. 32 random bytes in unpadded base64url), chosen with the request_id and sent again on every retry and give-back")
 	}
 	return id, nil
-}
-
-// rangeError adds the range endpoints' own error to the common mapping.
-func rangeError(err error) error {
-	switch {
-	case errors.Is(err, allocator.ErrNotHolder):
-		return &apiError{status: http.StatusConflict, code: CodeNotHolder,
-			message: "request_id belongs to another caller: a retry or a give-back must come from the principal that made the request, with its holder_key; nothing changed"}
-	case errors.Is(err, allocator.ErrGivenBack):
-		return &apiError{status: http.StatusConflict, code: CodeGivenBack,
-			message: "the whole range of request_id was given back: it keeps no ids; ask with a new request_id"}
-	case errors.Is(err, allocator.ErrRequestConflict):
-		return &apiError{status: http.StatusConflict, code: CodeRequestConflict, message: err.Error()}
-	}
-	return err
 }

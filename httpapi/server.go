@@ -120,10 +120,10 @@ func NewServer(cfg Config) *Server {
 	// sizes before any handler reads them.
 	r.Use(s.limitRequest)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, r, s.cfg.Logger, &apiError{status: http.StatusNotFound, code: CodeNotFound, message: "no such endpoint: " + truncate(r.URL.Path, maxLogged)})
+		s.WriteError(w, r, requestError(CodeNotFound, "no such endpoint: "+truncate(r.URL.Path, maxLogged)+endpointHint))
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, r, s.cfg.Logger, &apiError{status: http.StatusMethodNotAllowed, code: CodeMethod, message: "method " + truncate(r.Method, 16) + " not allowed on this route"})
+		s.WriteError(w, r, requestError(CodeMethod, "method "+truncate(r.Method, 16)+" not allowed on this route"))
 	})
 	// Every route gets what serve does around the router (request ID,
 	// bounded wait, recovery, metrics by its pattern); middleware for some
@@ -148,6 +148,10 @@ func NewServer(cfg Config) *Server {
 	s.router = r
 	return s
 }
+
+// endpointHint ends the 404 of an unknown path (GET / among them): where
+// a newcomer finds what the server offers.
+const endpointHint = "; see /id/dashboard (the live view), /id/health (health as JSON) and /openapi.yaml (every route)"
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.serve(w, r) }

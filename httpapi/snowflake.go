@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -25,41 +24,6 @@ type Snowflake interface {
 
 var _ Snowflake = (*snowflake.Node)(nil)
 
-// Error codes of the Snowflake routes.
-const (
-	CodeInvalidID             = "invalid_id"
-	CodeSnowflakeNoWorker     = "snowflake_no_worker"
-	CodeSnowflakeLeaseExpired = "snowflake_lease_expired"
-	CodeSnowflakeClockSkew    = "snowflake_clock_skew"
-	CodeSnowflakeBackwards    = "snowflake_clock_backwards"
-	CodeSnowflakeExhausted    = "snowflake_time_exhausted"
-)
-
-// snowflakeAPIError maps the snowflake package's errors; ok is false for
-// any other error.
-func snowflakeAPIError(err error) (*apiError, bool) {
-	unavailable := func(code, msg string) (*apiError, bool) {
-		return &apiError{status: http.StatusServiceUnavailable, code: code, message: msg, retryAfter: defaultRetryAfter}, true
-	}
-	switch {
-	case errors.Is(err, snowflake.ErrInvalidID):
-		return badRequest(CodeInvalidID, err.Error()), true
-	case errors.Is(err, snowflake.ErrNoWorker):
-		return unavailable(CodeSnowflakeNoWorker, "no snowflake ids from this instance: it holds no worker id (every worker id is leased by another instance, or the database cannot be reached); it keeps trying. Segment ids (/id) are not affected")
-	case errors.Is(err, snowflake.ErrLeaseExpired):
-		return unavailable(CodeSnowflakeLeaseExpired, "no snowflake ids from this instance: its worker id lease could not be renewed in time; retry later or elsewhere")
-	case errors.Is(err, snowflake.ErrClockSkew):
-		return unavailable(CodeSnowflakeClockSkew, "no snowflake ids from this instance: its clock differs from the database's by more than the margin")
-	case errors.Is(err, snowflake.ErrClockBackwards):
-		return unavailable(CodeSnowflakeBackwards, "no snowflake ids from this instance: its clock is behind the last timestamp used by more than the longest wait")
-	case errors.Is(err, snowflake.ErrTimeExhausted):
-		return &apiError{status: http.StatusServiceUnavailable, code: CodeSnowflakeExhausted, message: "the snowflake layout's time bits are used up (or its epoch is ahead of the clock)"}, true
-	case errors.Is(err, snowflake.ErrClosed):
-		return &apiError{status: http.StatusServiceUnavailable, code: CodeShuttingDown, message: "idmint is shutting down", retryAfter: defaultRetryAfter}, true
-	}
-	return nil, false
-}
-
 // mountSnowflake adds the Snowflake routes.
 func (s *Server) mountSnowflake(r chi.Router) {
 	// IDs: behind the access control of the ID routes (a token with any ID
@@ -81,7 +45,7 @@ type snowflakesResponse struct {
 func (s *Server) handleSnowflake(w http.ResponseWriter, r *http.Request) {
 	id, err := s.cfg.Snowflake.Next(r.Context())
 	if err != nil {
-		writeError(w, r, s.cfg.Logger, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	if wantsText(r) {
@@ -96,12 +60,12 @@ func (s *Server) handleSnowflake(w http.ResponseWriter, r *http.Request) {
 func (s *Server) handleSnowflakes(w http.ResponseWriter, r *http.Request) {
 	n, err := countParam(r.URL.RawQuery, s.cfg.MaxCount)
 	if err != nil {
-		writeError(w, r, s.cfg.Logger, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	ids, err := s.cfg.Snowflake.NextN(r.Context(), n)
 	if err != nil {
-		writeError(w, r, s.cfg.Logger, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	resp := snowflakesResponse{IDs: make([]string, len(ids))}
@@ -136,12 +100,12 @@ func ParseSnowflake(l snowflake.Layout, s string) (ParsedSnowflake, error) {
 func (s *Server) handleSnowflakeParse(w http.ResponseWriter, r *http.Request) {
 	vals := r.URL.Query()["id"]
 	if len(vals) != 1 {
-		writeError(w, r, s.cfg.Logger, badRequest(CodeInvalidID, "id is required once, e.g. /snowflake/parse?id=123456789"))
+		s.WriteError(w, r, requestError(CodeInvalidID, "id is required once, e.g. /snowflake/parse?id=123456789"))
 		return
 	}
 	p, err := ParseSnowflake(s.cfg.Snowflake.Layout(), vals[0])
 	if err != nil {
-		writeError(w, r, s.cfg.Logger, err)
+		s.WriteError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, p)
@@ -202,7 +166,7 @@ func snowflakeHealth(st snowflake.Stats) SnowflakeHealth {
 		LeasesLost:    st.Losses,
 	}
 	if st.Serving != nil {
-		h.State = toAPIError(st.Serving).code
+		h.State = lookup(st.Serving).code
 	}
 	if st.Worker >= 0 {
 		w := st.Worker
