@@ -9,9 +9,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/idmint/idmint/internal/testutil"
 )
 
 // The deploy files live at the repository root; tests run in httpapi/.
@@ -119,7 +122,7 @@ func TestDeploy_GrafanaDashboard(t *testing.T) {
 	// The load-latency hook runs just after the load is installed: wait
 	// for its first observation, or the histogram is not exported yet.
 	var families map[string]*dto.MetricFamily
-	eventually(t, "the first load-latency observation", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the first load-latency observation", func() bool {
 		families, _ = scrape(t, srv.URL)
 		return families["idmint_segment_load_duration_seconds"] != nil
 	})
