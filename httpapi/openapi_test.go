@@ -9,10 +9,10 @@ import (
 	"go/parser"
 	gotoken "go/token"
 	"io"
-	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -207,14 +207,26 @@ func TestOpenAPI_ErrorCodes(t *testing.T) {
 	if _, err := spec(); err != nil {
 		t.Fatal(err)
 	}
-	pkgs, err := parser.ParseDir(gotoken.NewFileSet(), ".", func(fi fs.FileInfo) bool {
-		return !strings.HasSuffix(fi.Name(), "_test.go")
-	}, 0)
+	names, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
+	var files []*ast.File
+	fset := gotoken.NewFileSet()
+	for _, name := range names {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Name.Name == "httpapi" {
+			files = append(files, f)
+		}
+	}
 	consts := map[string]string{} // code → constant
-	for _, f := range pkgs["httpapi"].Files {
+	for _, f := range files {
 		for _, decl := range f.Decls {
 			gd, ok := decl.(*ast.GenDecl)
 			if !ok || gd.Tok != gotoken.CONST {
