@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/internal/testutil"
 )
 
 // stallingStore is a MemStore whose first allocation commits and then
@@ -123,7 +124,7 @@ func TestAllocator_DroppedFirstLoad(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			waitFor(t, "the first load to end", store.stalled.Load)
+			testutil.Eventually(t, 15*time.Second, "the first load to end", store.stalled.Load)
 			// Ranges of 10 switch often, each waited for at most 20ms: on a
 			// busy machine a caller may be told to retry, as a client would.
 			deadline = time.Now().Add(15 * time.Second)
@@ -141,7 +142,7 @@ func TestAllocator_DroppedFirstLoad(t *testing.T) {
 					t.Fatalf("ids %v: %d served from the dropped range or out of order", ids, id)
 				}
 			}
-			waitFor(t, "the dropped range counted", func() bool { return a.Stats()[0].Abandoned >= 10 })
+			testutil.Eventually(t, 15*time.Second, "the dropped range counted", func() bool { return a.Stats()[0].Abandoned >= 10 })
 			st := a.Stats()[0]
 			if st.Refused != 0 || st.Abandoned != 10 {
 				t.Fatalf("refused %d, abandoned %d; want 0 and 10", st.Refused, st.Abandoned)
@@ -172,7 +173,7 @@ func TestAllocator_GrantedButNotVisible(t *testing.T) {
 	if _, err := a.Next(context.Background(), "order"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the prefetch to give up", func() bool { return a.Stats()[0].LoadFailures == 1 })
+	testutil.Eventually(t, 15*time.Second, "the prefetch to give up", func() bool { return a.Stats()[0].LoadFailures == 1 })
 	// 200ms of 10ms pauses: about 20 lookups.
 	if n := store.calls.Load(); n > 60 {
 		t.Fatalf("%d store calls in one 200ms load: no pause between them", n)
@@ -220,7 +221,7 @@ func TestAllocator_PendingExpires(t *testing.T) {
 	if _, err := a.Next(context.Background(), "order"); !errors.Is(err, allocator.ErrUnavailable) {
 		t.Fatalf("err = %v, want ErrUnavailable", err)
 	}
-	waitFor(t, "the first load to end", store.stalled.Load)
+	testutil.Eventually(t, 15*time.Second, "the first load to end", store.stalled.Load)
 	store.mu.Lock()
 	first := store.first
 	store.mu.Unlock()
@@ -236,20 +237,6 @@ func TestAllocator_PendingExpires(t *testing.T) {
 	}
 	if lines := logs.with(t, "ABANDONED request"); len(lines) != 1 || lines[0]["request_id"] != first.String() {
 		t.Fatalf("ABANDONED request lines: %v", lines)
-	}
-}
-
-// waitFor polls cond until it holds, failing after 5 seconds.
-func waitFor(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	// Generous: it bounds a failing test, and a busy machine running the
-	// race detector can take seconds over what takes milliseconds here.
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

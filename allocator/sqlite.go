@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/idmint/idmint/internal/sqlitetx"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 )
@@ -315,18 +316,7 @@ func (s *SQLite) write(ctx context.Context, fn func(*sql.Tx) error) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	if err := fn(tx); err != nil {
-		tx.Rollback()
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w: %w", ErrAmbiguous, err)
-	}
-	return nil
+	return sqlitetx.Write(ctx, s.db, ErrAmbiguous, fn)
 }
 
 // isConstraint reports whether err is the SQLite constraint violation code

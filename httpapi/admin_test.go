@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/httpapi"
+	"github.com/idmint/idmint/internal/testutil"
 )
 
 // TestAdmin_Tags: the admin API lists, shows, creates, changes and bumps
@@ -38,7 +39,7 @@ func TestAdmin_Tags(t *testing.T) {
 				t.Fatalf("create: %d %+v", s, got)
 			}
 			created := time.Now()
-			eventually(t, "the other instance serves the new tag", func() bool {
+			testutil.Eventually(t, 10*time.Second, "the other instance serves the new tag", func() bool {
 				s, _, _ := do(t, b.srv, "GET", "/id?biz_tag=invoice", "", nil)
 				return s == 200
 			})

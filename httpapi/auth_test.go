@@ -20,6 +20,7 @@ import (
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/pgtest"
+	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/migrations"
 	"github.com/idmint/idmint/segment"
 )
@@ -220,14 +221,14 @@ func TestAuth_Scopes(t *testing.T) {
 
 			// A revocation takes effect without a restart.
 			tok, bearer := token(t, store, "soon-gone", "ids")
-			eventually(t, "new token accepted", func() bool {
+			testutil.Eventually(t, 10*time.Second, "new token accepted", func() bool {
 				s, _, _ := do(t, p.srv, "GET", "/id?biz_tag=order", bearer, nil)
 				return s == 200
 			})
 			if _, err := store.RevokeToken(context.Background(), tok.ID); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, "revoked token refused", func() bool {
+			testutil.Eventually(t, 10*time.Second, "revoked token refused", func() bool {
 				s, _, _ := do(t, p.srv, "GET", "/id?biz_tag=order", bearer, nil)
 				return s == 401
 			})

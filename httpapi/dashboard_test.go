@@ -19,6 +19,7 @@ import (
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/pgtest"
+	"github.com/idmint/idmint/internal/testutil"
 )
 
 // findChromium returns the headless browser for the dashboard test:
@@ -143,7 +144,7 @@ func TestDashboard_Browser(t *testing.T) {
 	p.take(t, "payment", 1)
 	p.exec(t, `UPDATE idmint_tags SET max_id = 0 WHERE biz_tag = 'payment'`)
 	p.take(t, "payment", 20)
-	eventually(t, "settled buffers", func() bool {
+	testutil.Eventually(t, 10*time.Second, "settled buffers", func() bool {
 		_, _, order := p.tag(t, "order")
 		_, _, payment := p.tag(t, "payment")
 		return order.NextReady && payment.Repaired > 0 && !payment.Loading

@@ -9,9 +9,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	dto "github.com/prometheus/client_model/go"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/idmint/idmint/internal/testutil"
 )
 
 // The deploy files live at the repository root; tests run in httpapi/.
@@ -119,7 +123,7 @@ func TestDeploy_GrafanaDashboard(t *testing.T) {
 	// The load-latency hook runs just after the load is installed: wait
 	// for its first observation, or the histogram is not exported yet.
 	var families map[string]*dto.MetricFamily
-	eventually(t, "the first load-latency observation", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the first load-latency observation", func() bool {
 		families, _ = scrape(t, srv.URL)
 		return families["idmint_segment_load_duration_seconds"] != nil
 	})
@@ -249,8 +253,14 @@ func TestDeploy_Compose(t *testing.T) {
 		}
 		return out
 	}
-	if compose.Services["prometheus"].Image != "prom/prometheus" || compose.Services["grafana"].Image != "grafana/grafana" {
-		t.Errorf("images: prometheus %q, grafana %q", compose.Services["prometheus"].Image, compose.Services["grafana"].Image)
+	// Pinned: an untagged image is whatever "latest" is on the day of the
+	// pull, and a new major version can break the provisioned dashboard.
+	for name, repo := range map[string]string{"prometheus": "prom/prometheus", "grafana": "grafana/grafana"} {
+		img := compose.Services[name].Image
+		tag, ok := strings.CutPrefix(img, repo+":")
+		if !ok || tag == "" || tag == "latest" || !strings.ContainsAny(tag, "0123456789") {
+			t.Errorf("%s image %q: want %s:VERSION", name, img, repo)
+		}
 	}
 	if got := mounts("prometheus")["/etc/prometheus/prometheus.yml"]; got != "./deploy/prometheus/prometheus.yml" {
 		t.Errorf("prometheus config mounted from %q", got)
@@ -278,5 +288,40 @@ func TestDeploy_Compose(t *testing.T) {
 		t.Errorf("home dashboard %s is not in %s", home, dir)
 	} else if _, err := os.Stat(filepath.Join("..", grafana[dir], path.Base(home))); err != nil {
 		t.Errorf("home dashboard: %v", err)
+	}
+}
+
+// composeVar matches docker compose's ${NAME}, ${NAME:-default} and
+// ${NAME:?error} interpolation.
+var composeVar = regexp.MustCompile(`\$\{(\w+)(?::?[-?][^}]*)?\}`)
+
+// TestDeploy_ComposePassword interpolates idmint's environment in
+// docker-compose.yml as compose does, with a database password holding
+// every character that has a meaning in a URL, and checks that the
+// PostgreSQL driver connects with that password, as user idmint, to host
+// postgres: the password must not be pasted into the URL.
+func TestDeploy_ComposePassword(t *testing.T) {
+	const password = "p@ss/w:rd#1?%2"
+	var compose struct {
+		Services map[string]struct{ Environment map[string]string }
+	}
+	readYAML(t, "../docker-compose.yml", &compose)
+	env := compose.Services["idmint"].Environment
+	vars := map[string]string{"POSTGRES_PASSWORD": password}
+	for name, v := range env {
+		v = composeVar.ReplaceAllStringFunc(v, func(ref string) string {
+			return vars[composeVar.FindStringSubmatch(ref)[1]]
+		})
+		if strings.HasPrefix(name, "PG") {
+			t.Setenv(name, v)
+		}
+		env[name] = v
+	}
+	cfg, err := pgconn.ParseConfig(env["IDMINT_DATABASE_URL"])
+	if err != nil {
+		t.Fatalf("IDMINT_DATABASE_URL with password %q: %v", password, err)
+	}
+	if cfg.Password != password || cfg.User != "idmint" || cfg.Host != "postgres" || cfg.Database != "idmint" {
+		t.Fatalf("connects as %q password %q to %s/%s; want idmint, %q, postgres/idmint", cfg.User, cfg.Password, cfg.Host, cfg.Database, password)
 	}
 }

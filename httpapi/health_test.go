@@ -17,6 +17,7 @@ import (
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/pgtest"
+	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/migrations"
 	"github.com/idmint/idmint/segment"
 )
@@ -125,18 +126,6 @@ func (p *pgInstance) exec(tb testing.TB, sql string, args ...any) {
 	}
 }
 
-// eventually polls cond every 10ms for at most 10s.
-func eventually(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func hasReason(h httpapi.Health, part string) bool {
 	return slices.ContainsFunc(h.Reasons, func(r string) bool { return strings.Contains(r, part) })
 }
@@ -195,7 +184,7 @@ func TestHealth_Fields(t *testing.T) {
 			t.Fatalf("ids: %d", s)
 		}
 		var th httpapi.TagHealth
-		eventually(t, "next range", func() bool { _, _, th = p.tag(t, "order"); return th.NextReady })
+		testutil.Eventually(t, 10*time.Second, "next range", func() bool { _, _, th = p.tag(t, "order"); return th.NextReady })
 		if th.SegmentLoads != 2 || th.Issued != 50 || th.Next != 51 || th.Remaining != 50 || th.RemainingRatio != 0.5 ||
 			th.NextRange == nil || *th.NextRange != (httpapi.RangeJSON{First: 101, Last: 200}) || th.Available != 150 ||
 			th.LastLoadAt.Before(*first.LastLoadAt) || th.IDsPerSecond <= 0 || th.SecondsUntilDry == nil {
@@ -211,7 +200,7 @@ func TestHealth_Fields(t *testing.T) {
 		p.store.loseNext.Store(true)
 		p.take(t, "order", 100) // into [101,200]: past its threshold
 		var th httpapi.TagHealth
-		eventually(t, "recovered load", func() bool { _, _, th = p.tag(t, "order"); return th.NextReady })
+		testutil.Eventually(t, 10*time.Second, "recovered load", func() bool { _, _, th = p.tag(t, "order"); return th.NextReady })
 		if th.Recovered != 1 || th.SegmentLoads != 3 || th.LoadFailures != 0 || *th.NextRange != (httpapi.RangeJSON{First: 201, Last: 300}) {
 			t.Fatalf("%+v", th)
 		}
@@ -244,7 +233,7 @@ func TestHealth_Fields(t *testing.T) {
 			t.Fatalf("made-up tag listed: %d %+v", status, h)
 		}
 		p.take(t, "order", 60) // the rest of [101,200], then [201,210]: 10% of the next
-		eventually(t, "failed load", func() bool { _, _, th = p.tag(t, "order"); return th.LoadFailures > 0 })
+		testutil.Eventually(t, 10*time.Second, "failed load", func() bool { _, _, th = p.tag(t, "order"); return th.LoadFailures > 0 })
 		status, h, th = p.tag(t, "order")
 		if status != 200 || h.Status != httpapi.StatusDegraded || !th.Serving || !th.NextLate || th.NextReady ||
 			th.LastError == "" || !hasReason(h, "next range late") || th.Available != 90 {
@@ -263,7 +252,7 @@ func TestHealth_Fields(t *testing.T) {
 		}
 		srv.Start(t)
 		stopped = false
-		eventually(t, "recovery", func() bool {
+		testutil.Eventually(t, 10*time.Second, "recovery", func() bool {
 			p.take(t, "order", 1)
 			_, h, th = p.tag(t, "order")
 			return h.Status == httpapi.StatusOK
@@ -284,7 +273,7 @@ func TestHealth_Fields(t *testing.T) {
 		p.take(t, "order", 20)                                                   // into the next, past its threshold
 		var th httpapi.TagHealth
 		var h httpapi.Health
-		eventually(t, "repaired rollback", func() bool { _, h, th = p.tag(t, "order"); return th.Repaired > 0 && th.NextReady })
+		testutil.Eventually(t, 10*time.Second, "repaired rollback", func() bool { _, h, th = p.tag(t, "order"); return th.Repaired > 0 && th.NextReady })
 		// The instance raised max_id to its floor and serves above it;
 		// the alarm stays until restart, because other instances may
 		// have served the rolled-back IDs.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/httpapi"
+	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/segment"
 )
 
@@ -128,7 +129,7 @@ func TestServer_Metrics(t *testing.T) {
 		observed, _ := value(f, "idmint_segment_load_duration_seconds", "biz_tag", "order")
 		return loads > 0 && observed == loads+failures
 	}
-	eventually(t, "load observations", settled)
+	testutil.Eventually(t, 10*time.Second, "load observations", settled)
 
 	start := time.Now()
 	families, size := scrape(t, srv.URL)
@@ -231,7 +232,7 @@ func TestServer_Metrics(t *testing.T) {
 	for range 10 { // the rest of the buffers, then a failed load
 		get(t, srv, "/ids?biz_tag=order&count=5")
 	}
-	eventually(t, "load observations", settled)
+	testutil.Eventually(t, 10*time.Second, "load observations", settled)
 	families, _ = scrape(t, srv.URL)
 	if up, _ := value(families, "idmint_database_up"); up != 0 {
 		t.Errorf("database down: database_up = %v, want 0", up)

@@ -22,6 +22,7 @@ import (
 	"github.com/idmint/idmint/internal/pgtest"
 	"github.com/idmint/idmint/internal/redact"
 	"github.com/idmint/idmint/internal/testlog"
+	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/lease"
 	"github.com/idmint/idmint/segment"
 	"github.com/idmint/idmint/snowflake"
@@ -58,7 +59,7 @@ func TestRedact_ConnectErrors(t *testing.T) {
 		f(&u)
 		return u.String()
 	}
-	closedPort := closedLoopbackPort(t)
+	closedPort := strconv.Itoa(testutil.FreePort(t))
 
 	tests := []struct {
 		name    string
@@ -238,18 +239,6 @@ func nxdomainServer(tb testing.TB) string {
 		wg.Wait()
 	})
 	return conn.LocalAddr().String()
-}
-
-// closedLoopbackPort returns a loopback port nobody listens on.
-func closedLoopbackPort(tb testing.TB) string {
-	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	return strconv.Itoa(port)
 }
 
 // failingLeases starts a Snowflake node whose leases are taken from the

@@ -14,6 +14,7 @@ import (
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/internal/checker"
 	"github.com/idmint/idmint/internal/pgtest"
+	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/internal/toxic"
 	"github.com/idmint/idmint/lease"
 	"github.com/idmint/idmint/migrations"
@@ -102,18 +103,6 @@ func hammer(n *snowflake.Node, c *checker.Checker, client string) (stop func() (
 	}
 }
 
-// waitUntil polls cond every 10 ms for at most limit.
-func waitUntil(t *testing.T, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestNode_DatabaseOutage cuts the database off from one instance, behind a
 // blackholing proxy, for less and for more than the lease TTL (4 s).
 //
@@ -147,14 +136,14 @@ func TestNode_DatabaseOutage(t *testing.T) {
 			// Load before the outage; cut it just after a renewal, so that
 			// the shorter outage has the whole lease to ride through.
 			renewed := cut.Stats().Renewals
-			waitUntil(t, 10*time.Second, "a renewal before the outage", func() bool { return cut.Stats().Renewals > renewed })
+			testutil.Eventually(t, 10*time.Second, "a renewal before the outage", func() bool { return cut.Stats().Renewals > renewed })
 			px.Cut(t)
 			begin := time.Now()
 			var successor *snowflake.Node
 			var stopSuccessor func() ([]int64, map[string]int)
 			if tc.outage > leaseTTL {
 				successor = startNode(t, nodeConfig(pgLeases(t, dbURL), "successor"))
-				waitUntil(t, 10*time.Second, "the successor to take worker 0", func() bool { return successor.Stats().Worker == 0 })
+				testutil.Eventually(t, 10*time.Second, "the successor to take worker 0", func() bool { return successor.Stats().Worker == 0 })
 				stopSuccessor = hammer(successor, c, "successor")
 			}
 			time.Sleep(tc.outage - time.Since(begin))
@@ -163,9 +152,9 @@ func TestNode_DatabaseOutage(t *testing.T) {
 			if successor == nil {
 				// Renewals resume on the same lease.
 				renewals := cut.Stats().Renewals
-				waitUntil(t, 10*time.Second, "a renewal after the outage", func() bool { return cut.Stats().Renewals > renewals })
+				testutil.Eventually(t, 10*time.Second, "a renewal after the outage", func() bool { return cut.Stats().Renewals > renewals })
 			} else {
-				waitUntil(t, 10*time.Second, "the cut instance to find its lease lost", func() bool { return cut.Stats().Losses == 1 })
+				testutil.Eventually(t, 10*time.Second, "the cut instance to find its lease lost", func() bool { return cut.Stats().Losses == 1 })
 				time.Sleep(300 * time.Millisecond) // load after the outage
 			}
 			cutIDs, cutErrs := stopCut()

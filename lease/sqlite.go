@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idmint/idmint/internal/sqlitetx"
 	"github.com/idmint/idmint/snowflake"
 )
 
@@ -148,18 +149,8 @@ func heldOne(res sql.Result, err error, l snowflake.Lease) error {
 const nowSQL = `strftime('%Y-%m-%dT%H:%M:%fZ', 'now')`
 
 // write runs fn in a transaction (IMMEDIATE on idmint's connections) and
-// commits it.
+// commits it. An error from COMMIT wraps ErrAmbiguous: the acquire, renewal
+// or release may be on disk.
 func (s *SQLite) write(ctx context.Context, fn func(*sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	if err := fn(tx); err != nil {
-		tx.Rollback()
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
-	return nil
+	return sqlitetx.Write(ctx, s.db, ErrAmbiguous, fn)
 }

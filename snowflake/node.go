@@ -294,7 +294,7 @@ func (n *Node) resyncLocked(rtt time.Duration) time.Duration {
 	}
 	// Only a clock that differs from the wall clock by more than the margin
 	// is taken again: no renewal loop at the edge of the margin.
-	wallAhead := time.Now().Sub(c.Now())
+	wallAhead := time.Since(c.Now())
 	if wallAhead.Abs() <= n.cfg.Margin || (n.offset-wallAhead).Abs()-rtt/2 > n.cfg.Margin {
 		return n.cfg.RenewEvery
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/internal/checker"
+	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/lease"
 	"github.com/idmint/idmint/snowflake"
 )
@@ -53,18 +54,6 @@ func take(tb testing.TB, n *snowflake.Node, c *checker.Checker, client string, c
 	}
 }
 
-// waitFor polls cond every 10 ms for at most 10 s.
-func waitFor(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestNode_AllWorkerIDsHeld(t *testing.T) {
 	store := lease.NewMemory(nil)
 	cfg := snowflake.Config{Layout: twoWorkers(), Store: store, TTL: 2 * time.Second, Margin: 100 * time.Millisecond, RenewEvery: 200 * time.Millisecond}
@@ -90,7 +79,7 @@ func TestNode_AllWorkerIDsHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The extra node keeps trying and takes the released worker ID.
-	waitFor(t, "the extra node to lease the released worker id", func() bool { return extra.Stats().Worker == aWorker })
+	testutil.Eventually(t, 10*time.Second, "the extra node to lease the released worker id", func() bool { return extra.Stats().Worker == aWorker })
 	if st := extra.Stats(); st.Epoch != 2 {
 		t.Fatalf("epoch of the second holder: %+v", st)
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idmint/idmint/internal/testutil"
 )
 
 // runErr runs one command in-process and returns its output and error.
@@ -110,7 +112,7 @@ func TestCLI_TokensAndAdminAPI(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	waitFor(t, "the tag created over the API served", func() bool { return get(ids) == 200 })
+	testutil.Eventually(t, 10*time.Second, "the tag created over the API served", func() bool { return get(ids) == 200 })
 	if s := get(admin); s != 403 {
 		t.Fatalf("admin token on /id: %d, want 403", s)
 	}
@@ -127,17 +129,5 @@ func TestCLI_TokensAndAdminAPI(t *testing.T) {
 	if out := idmint(t, "token", "revoke", id); !strings.Contains(out, "app") {
 		t.Fatalf("revoke: %s", out)
 	}
-	waitFor(t, "the revoked token refused", func() bool { return get(ids) == 401 })
-}
-
-// waitFor polls cond every 10ms for at most 10s.
-func waitFor(tb testing.TB, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testutil.Eventually(t, 10*time.Second, "the revoked token refused", func() bool { return get(ids) == 401 })
 }

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/idmint/idmint/internal/testutil"
 )
 
 // TestDrill_Targets runs the drill command against a real instance and an
@@ -20,7 +22,7 @@ func TestDrill_Targets(t *testing.T) {
 	t.Setenv("IDMINT_DATABASE_URL", "")
 	t.Setenv("IDMINT_DATA_DIR", t.TempDir())
 	live, _ := startServe(t)
-	dead := "http://" + freeAddr(t)
+	dead := "http://" + testutil.FreeAddr(t)
 
 	var out, errOut bytes.Buffer
 	err := run(context.Background(), []string{"drill", "--target", live, "--target", dead,

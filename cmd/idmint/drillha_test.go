@@ -22,6 +22,7 @@ import (
 	"github.com/idmint/idmint/deploy/ha"
 	"github.com/idmint/idmint/internal/hacluster"
 	"github.com/idmint/idmint/internal/pgtest"
+	"github.com/idmint/idmint/internal/testutil"
 )
 
 // The failover drill's shape: load before the crash, load after the
@@ -305,7 +306,7 @@ func drillHA(ctx context.Context, t *testing.T, bin string, r *haResult, cfg haC
 	var procs []*process
 	startInstance := func() *process {
 		i := len(procs)
-		p := &process{bin: bin, url: url, addr: freeAddr(t), instance: fmt.Sprint("i", i),
+		p := &process{bin: bin, url: url, addr: testutil.FreeAddr(t), instance: fmt.Sprint("i", i),
 			logPath: filepath.Join(dir, fmt.Sprint("i", i, ".log")),
 			// The deployment's settings, then the drill's own flags.
 			args: append(slices.Clone(cfg.deployArgs), cfg.serveArgs...)}

@@ -3,12 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/idmint/idmint/internal/pgtest"
 	"github.com/idmint/idmint/internal/testlog"
+	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/migrations"
 )
 
@@ -35,21 +34,11 @@ func idmint(tb testing.TB, args ...string) string {
 	return out.String()
 }
 
-func freeAddr(tb testing.TB) string {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // startServe runs "idmint serve" in-process on a free loopback port and
 // returns its base URL; the server is stopped (as by SIGTERM) on cleanup.
 func startServe(tb testing.TB, args ...string) (string, func()) {
 	tb.Helper()
-	addr := freeAddr(tb)
+	addr := testutil.FreeAddr(tb)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	logs := &testlog.Buffer{}
@@ -87,19 +76,6 @@ func startServe(tb testing.TB, args ...string) (string, func()) {
 	return base, stop
 }
 
-func getJSON(tb testing.TB, url string, v any) int {
-	tb.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-		tb.Fatalf("%s: %v", url, err)
-	}
-	return resp.StatusCode
-}
-
 // TestEndToEnd drives the real binary's commands against real PostgreSQL
 // and real HTTP: migrate, create a tag, serve, get IDs, restart, get larger
 // IDs.
@@ -133,15 +109,15 @@ func TestEndToEnd(t *testing.T) {
 		Tag string `json:"biz_tag"`
 		ID  string `json:"id"`
 	}
-	if status := getJSON(t, base+"/id?biz_tag=order", &one); status != 200 || one.ID != "1" {
+	if status := testutil.GetJSON(t, base+"/id?biz_tag=order", &one); status != 200 || one.ID != "1" {
 		t.Fatalf("/id: %d %+v", status, one)
 	}
 	var many struct{ IDs []string }
-	if status := getJSON(t, base+"/ids?biz_tag=user&count=5", &many); status != 200 || len(many.IDs) != 5 || many.IDs[0] != "1000000" {
+	if status := testutil.GetJSON(t, base+"/ids?biz_tag=user&count=5", &many); status != 200 || len(many.IDs) != 5 || many.IDs[0] != "1000000" {
 		t.Fatalf("/ids: %d %+v", status, many)
 	}
 	var e struct{ Error struct{ Code string } }
-	if status := getJSON(t, base+"/id?biz_tag=missing", &e); status != 404 || e.Error.Code != "unknown_tag" {
+	if status := testutil.GetJSON(t, base+"/id?biz_tag=missing", &e); status != 404 || e.Error.Code != "unknown_tag" {
 		t.Fatalf("unknown: %d %+v", status, e)
 	}
 	var h struct {
@@ -151,14 +127,14 @@ func TestEndToEnd(t *testing.T) {
 			Issued int64  `json:"ids_issued"`
 		}
 	}
-	if status := getJSON(t, base+"/id/health", &h); status != 200 || h.Status != "ok" || len(h.Tags) != 2 {
+	if status := testutil.GetJSON(t, base+"/id/health", &h); status != 200 || h.Status != "ok" || len(h.Tags) != 2 {
 		t.Fatalf("health: %d %+v", status, h)
 	}
 	stop()
 
 	// A restarted instance hands out IDs above every ID handed out before.
 	base, _ = startServe(t)
-	if status := getJSON(t, base+"/id?biz_tag=order", &one); status != 200 {
+	if status := testutil.GetJSON(t, base+"/id?biz_tag=order", &one); status != 200 {
 		t.Fatalf("after restart: %d %+v", status, one)
 	}
 	var id int64
@@ -178,15 +154,15 @@ func TestServe_SingleMachine(t *testing.T) {
 
 	base, stop := startServe(t)
 	var one struct{ ID string }
-	if status := getJSON(t, base+"/id?biz_tag=demo", &one); status != 200 || one.ID != "1" {
+	if status := testutil.GetJSON(t, base+"/id?biz_tag=demo", &one); status != 200 || one.ID != "1" {
 		t.Fatalf("/id?biz_tag=demo: %d %+v", status, one)
 	}
 	var e struct{ Error struct{ Code string } }
-	if status := getJSON(t, base+"/id?biz_tag=order", &e); status != 404 || e.Error.Code != "unknown_tag" {
+	if status := testutil.GetJSON(t, base+"/id?biz_tag=order", &e); status != 404 || e.Error.Code != "unknown_tag" {
 		t.Fatalf("a request created a tag: %d %+v", status, e)
 	}
 	var many struct{ IDs []string }
-	getJSON(t, base+"/ids?biz_tag=demo&count=5", &many)
+	testutil.GetJSON(t, base+"/ids?biz_tag=demo&count=5", &many)
 	stop()
 	if _, err := os.Stat(filepath.Join(dir, "idmint.db")); err != nil {
 		t.Fatal(err)
@@ -197,7 +173,7 @@ func TestServe_SingleMachine(t *testing.T) {
 		t.Fatalf("tag list: %s", out)
 	}
 	base, _ = startServe(t, "--tag", "order,user")
-	status := getJSON(t, base+"/id?biz_tag=demo", &one)
+	status := testutil.GetJSON(t, base+"/id?biz_tag=demo", &one)
 	if len(many.IDs) != 5 {
 		t.Fatalf("/ids?count=5 gave %v", many.IDs)
 	}
@@ -207,7 +183,7 @@ func TestServe_SingleMachine(t *testing.T) {
 		t.Fatalf("after restart: %d %+v, want above %d", status, one, last)
 	}
 	for _, tag := range []string{"order", "user"} {
-		if status := getJSON(t, base+"/id?biz_tag="+tag, &one); status != 200 || one.ID != "1" {
+		if status := testutil.GetJSON(t, base+"/id?biz_tag="+tag, &one); status != 200 || one.ID != "1" {
 			t.Fatalf("--tag %s: %d %+v", tag, status, one)
 		}
 	}
@@ -363,7 +339,7 @@ func TestServe_ReplicasRequired(t *testing.T) {
 	base, _ := startServe(t)
 
 	var e struct{ Error struct{ Code string } }
-	if status := getJSON(t, base+"/id?biz_tag=order", &e); status != http.StatusServiceUnavailable || e.Error.Code != "unavailable" {
+	if status := testutil.GetJSON(t, base+"/id?biz_tag=order", &e); status != http.StatusServiceUnavailable || e.Error.Code != "unavailable" {
 		t.Fatalf("/id with 2 standbys required and none connected: %d %+v; want 503 unavailable", status, e)
 	}
 	var h struct {
@@ -374,7 +350,7 @@ func TestServe_ReplicasRequired(t *testing.T) {
 			Connected int    `json:"replicas_connected"`
 		}
 	}
-	getJSON(t, base+"/id/health", &h)
+	testutil.GetJSON(t, base+"/id/health", &h)
 	if h.Status != "degraded" || h.Replication.Required != "2" || h.Replication.Connected != 0 ||
 		!strings.Contains(strings.Join(h.Reasons, ";"), "replicas_required 2 but 0 connected") {
 		t.Fatalf("/id/health: %+v", h)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/internal/testutil"
 )
 
 // process is one idmint binary serving on a loopback port.
@@ -94,7 +95,7 @@ func TestMultiProcess_SQLite(t *testing.T) {
 
 	procs := make([]*process, processes)
 	for i := range procs {
-		procs[i] = &process{bin: bin, url: url, addr: freeAddr(t), instance: fmt.Sprint("p", i), logPath: filepath.Join(dir, fmt.Sprint("p", i, ".log"))}
+		procs[i] = &process{bin: bin, url: url, addr: testutil.FreeAddr(t), instance: fmt.Sprint("p", i), logPath: filepath.Join(dir, fmt.Sprint("p", i, ".log"))}
 		procs[i].start(t)
 	}
 

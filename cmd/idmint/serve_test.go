@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idmint/idmint/internal/testutil"
 )
 
 // TestServe_SlowHeaders: the real server (serve's http.Server) closes a
@@ -53,7 +55,7 @@ func TestServe_SlowHeaders(t *testing.T) {
 
 	// The server itself is fine.
 	var one struct{ ID string }
-	if status := getJSON(t, base+"/id?biz_tag=demo", &one); status != 200 || one.ID == "" {
+	if status := testutil.GetJSON(t, base+"/id?biz_tag=demo", &one); status != 200 || one.ID == "" {
 		t.Fatalf("/id after the slow client: %d %+v", status, one)
 	}
 }

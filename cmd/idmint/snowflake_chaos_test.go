@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/internal/checker"
+	"github.com/idmint/idmint/internal/testutil"
 )
 
 // TestSnowflake_ChaosOneWorkerBit: six real processes on one worker-id bit
@@ -32,7 +33,7 @@ func TestSnowflake_ChaosOneWorkerBit(t *testing.T) {
 	var procs []*process
 	for i := range 6 {
 		name := fmt.Sprintf("a%d", i)
-		p := &process{bin: bin, url: url, addr: freeAddr(t), instance: name, logPath: filepath.Join(dir, name+".log"), args: flags}
+		p := &process{bin: bin, url: url, addr: testutil.FreeAddr(t), instance: name, logPath: filepath.Join(dir, name+".log"), args: flags}
 		p.start(t)
 		procs = append(procs, p)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/checker"
 	"github.com/idmint/idmint/internal/pgtest"
+	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/snowflake"
 )
 
@@ -62,7 +63,7 @@ func snowflakeSetup(t *testing.T, sqlitePath string) (dir, bin, url string) {
 func snowflakeProcs(tb testing.TB, bin, url, dir string, names ...string) []*process {
 	procs := make([]*process, len(names))
 	for i, name := range names {
-		procs[i] = &process{bin: bin, url: url, addr: freeAddr(tb), instance: name,
+		procs[i] = &process{bin: bin, url: url, addr: testutil.FreeAddr(tb), instance: name,
 			logPath: filepath.Join(dir, name+".log"), args: snowflakeFlags}
 	}
 	return procs
@@ -75,7 +76,7 @@ func snowflakeState(tb testing.TB, p *process) httpapi.SnowflakeHealth {
 	// 503 is a valid answer too: a process woken from a pause may find its
 	// database connections dead and report itself unavailable for a moment;
 	// the body still says how its Snowflake generator is doing.
-	if code := getJSON(tb, "http://"+p.addr+"/id/health", &h); (code != http.StatusOK && code != http.StatusServiceUnavailable) || h.Snowflake == nil {
+	if code := testutil.GetJSON(tb, "http://"+p.addr+"/id/health", &h); (code != http.StatusOK && code != http.StatusServiceUnavailable) || h.Snowflake == nil {
 		tb.Fatalf("%s /id/health: %d %+v", p.instance, code, h)
 	}
 	return *h.Snowflake
@@ -388,7 +389,7 @@ func TestServe_SnowflakeLayoutMismatch(t *testing.T) {
 	var stderr strings.Builder
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	err := run(ctx, []string{"serve", "--data-dir", dir, "--listen", freeAddr(t), "--snowflake-bits", "42/9/12"}, io.Discard, &stderr)
+	err := run(ctx, []string{"serve", "--data-dir", dir, "--listen", testutil.FreeAddr(t), "--snowflake-bits", "42/9/12"}, io.Discard, &stderr)
 	if err == nil || !errors.Is(err, snowflake.ErrLayoutMismatch) {
 		t.Fatalf("serve with another layout: %v\n%s", err, stderr.String())
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/internal/testutil"
 )
 
 // TestServe_TopOfInt64 drives a real idmint process on SQLite with tags
@@ -54,7 +55,7 @@ func TestServe_TopOfInt64(t *testing.T) {
 		idmint(t, "tag", "create", tag, "--step", "10", "--max-step", "10", "--start", top)
 	}
 
-	p := &process{bin: bin, url: url, addr: freeAddr(t), instance: "top", logPath: filepath.Join(dir, "top.log")}
+	p := &process{bin: bin, url: url, addr: testutil.FreeAddr(t), instance: "top", logPath: filepath.Join(dir, "top.log")}
 	p.start(t)
 	base := "http://" + p.addr
 	// A handler that loops fails the test in 10 s instead of hanging it.

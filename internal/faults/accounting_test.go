@@ -12,6 +12,7 @@ import (
 	"github.com/idmint/idmint/internal/checker"
 	"github.com/idmint/idmint/internal/pgtest"
 	"github.com/idmint/idmint/internal/testlog"
+	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/internal/toxic"
 )
 
@@ -44,7 +45,7 @@ func TestColdTagDuringReplyOutage(t *testing.T) {
 	if _, err := a.Next(ctx, "warm"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "warm's prefetch", func() bool { return !tagStats(a, "warm").Loading })
+	testutil.Eventually(t, 10*time.Second, "warm's prefetch", func() bool { return !tagStats(a, "warm").Loading })
 
 	px.Add(t, "lose-replies", "timeout", "downstream", `{"timeout":0}`)
 	time.Sleep(200 * time.Millisecond) // the proxy installs toxics asynchronously
@@ -62,14 +63,14 @@ func TestColdTagDuringReplyOutage(t *testing.T) {
 	if err := next(); !errors.Is(err, allocator.ErrUnavailable) {
 		t.Fatalf("first request during the outage: %v, want ErrUnavailable", err)
 	}
-	waitFor(t, 10*time.Second, "the first load to commit", func() bool { return maxID(t, direct, "cold") > 0 })
+	testutil.Eventually(t, 10*time.Second, "the first load to commit", func() bool { return maxID(t, direct, "cold") > 0 })
 	// Callers keep asking for a while; the buffers they make cannot load.
 	for range 5 {
 		next()
 		time.Sleep(50 * time.Millisecond)
 	}
 	px.Remove(t, "lose-replies")
-	waitFor(t, 20*time.Second, "cold to serve", func() bool { return next() == nil })
+	testutil.Eventually(t, 20*time.Second, "cold to serve", func() bool { return next() == nil })
 	for range 3 * step {
 		if err := next(); err != nil {
 			t.Fatal(err)

@@ -26,6 +26,7 @@ import (
 	"github.com/idmint/idmint/internal/checker"
 	"github.com/idmint/idmint/internal/pgtest"
 	"github.com/idmint/idmint/internal/storetest"
+	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/internal/toxic"
 )
 
@@ -352,12 +353,12 @@ func TestClientExactlyOnce(t *testing.T) {
 		return fmt.Sprintf("plain-%d@%s", w, in.name), tag, id, err
 	})
 	defer plain.stop()
-	waitFor(t, 30*time.Second, "clients to load ranges", func() bool { return run.loads() >= 10 })
+	testutil.Eventually(t, 30*time.Second, "clients to load ranges", func() bool { return run.loads() >= 10 })
 
 	// Fault 1: replies of instance a lost after it granted.
 	px.Add(t, "lose-reply", "reset_peer", "downstream", `{"timeout":0}`)
 	var lostAtA []string
-	waitFor(t, 30*time.Second, "a range reply lost between instance a and a client, then received through another instance (same request ID)", func() bool {
+	testutil.Eventually(t, 30*time.Second, "a range reply lost between instance a and a client, then received through another instance (same request ID)", func() bool {
 		lostAtA = lostAndRecovered(sent.snapshot(), run.got.snapshot(), "inst-a", px.Listen)
 		return len(lostAtA) > 0
 	})
@@ -368,7 +369,7 @@ func TestClientExactlyOnce(t *testing.T) {
 	before := run.loads()
 	c.kill.Store(true)
 	var killedID string
-	waitFor(t, 30*time.Second, "instance c to die mid-request", func() bool {
+	testutil.Eventually(t, 30*time.Second, "instance c to die mid-request", func() bool {
 		select {
 		case killedID = <-c.killed:
 			return true
@@ -376,10 +377,10 @@ func TestClientExactlyOnce(t *testing.T) {
 			return false
 		}
 	})
-	waitFor(t, 30*time.Second, "the range of the killed request to reach its client", func() bool {
+	testutil.Eventually(t, 30*time.Second, "the range of the killed request to reach its client", func() bool {
 		return len(run.got.snapshot()[killedID]) > 0
 	})
-	waitFor(t, 30*time.Second, "clients to load more ranges", func() bool { return run.loads() >= before+10 })
+	testutil.Eventually(t, 30*time.Second, "clients to load more ranges", func() bool { return run.loads() >= before+10 })
 	t.Logf("inst-c died after granting request %s; its client got %+v", killedID, run.got.snapshot()[killedID])
 
 	plain.stop()
@@ -448,7 +449,7 @@ func TestClientProcessesKilled(t *testing.T) {
 	dbURL := newDatabase(t, pgtest.Shared(t))
 	admin := open(t, dbURL)
 	createTag(t, admin, tag, 100, 500)
-	addrs := []string{freeAddr(t), freeAddr(t)}
+	addrs := []string{testutil.FreeAddr(t), testutil.FreeAddr(t)}
 	ps := []*process{startProcess(t, bin, dbURL, addrs[0], "proc-0"), startProcess(t, bin, dbURL, addrs[1], "proc-1")}
 
 	check := checker.New()
@@ -460,7 +461,7 @@ func TestClientProcessesKilled(t *testing.T) {
 	ctx := context.Background()
 	for k := range kills {
 		before := run.loads()
-		waitFor(t, 30*time.Second, "the client to load ranges", func() bool { return run.loads() >= before+10 })
+		testutil.Eventually(t, 30*time.Second, "the client to load ranges", func() bool { return run.loads() >= before+10 })
 		lock, err := admin.Pool().Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -468,7 +469,7 @@ func TestClientProcessesKilled(t *testing.T) {
 		if _, err := lock.Exec(ctx, `SELECT 1 FROM idmint_tags WHERE biz_tag = $1 FOR UPDATE`, tag); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 30*time.Second, "a grant statement waiting on the tag's lock", func() bool {
+		testutil.Eventually(t, 30*time.Second, "a grant statement waiting on the tag's lock", func() bool {
 			var n int
 			admin.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO idmint_segments%'`).Scan(&n)
 			return n > 0
@@ -486,7 +487,7 @@ func TestClientProcessesKilled(t *testing.T) {
 		ps[slot] = startProcess(t, bin, dbURL, addrs[slot], fmt.Sprintf("proc-%d-%d", slot, k+1))
 	}
 	before := run.loads()
-	waitFor(t, 30*time.Second, "the client to load ranges", func() bool { return run.loads() >= before+10 })
+	testutil.Eventually(t, 30*time.Second, "the client to load ranges", func() bool { return run.loads() >= before+10 })
 	run.halt()
 
 	r := check.Report()

@@ -10,6 +10,7 @@ import (
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/internal/checker"
 	"github.com/idmint/idmint/internal/pgtest"
+	"github.com/idmint/idmint/internal/testutil"
 )
 
 // TestDatabaseCrashLoop crashes PostgreSQL (immediate stop: no checkpoint,
@@ -69,7 +70,7 @@ func TestDatabaseCrashLoop(t *testing.T) {
 		}
 		// Reconnected by itself: every instance loads a new range.
 		before := loads()
-		waitFor(t, 60*time.Second, "every instance to load again", func() bool {
+		testutil.Eventually(t, 60*time.Second, "every instance to load again", func() bool {
 			now := loads()
 			for i := range now {
 				if now[i] <= before[i] {

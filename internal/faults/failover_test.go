@@ -2,7 +2,6 @@ package faults_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -18,6 +17,7 @@ import (
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/checker"
 	"github.com/idmint/idmint/internal/pgtest"
+	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/internal/toxic"
 	"github.com/idmint/idmint/segment"
 )
@@ -96,7 +96,7 @@ func (f *failover) stop() {
 func (f *failover) served(t *testing.T, n int64, what string) {
 	t.Helper()
 	from := f.c.Report().Acknowledged
-	waitFor(t, 60*time.Second, what, func() bool { return f.c.Report().Acknowledged >= from+n })
+	testutil.Eventually(t, 60*time.Second, what, func() bool { return f.c.Report().Acknowledged >= from+n })
 }
 
 func (f *failover) stats(field func(st segment.Stats) int64) []int64 {
@@ -111,14 +111,7 @@ func (f *failover) stats(field func(st segment.Stats) int64) []int64 {
 func (f *failover) health(t *testing.T) (httpapi.Health, string) {
 	t.Helper()
 	var h httpapi.Health
-	resp, err := http.Get(f.api.URL + "/id/health")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
-		t.Fatal(err)
-	}
+	testutil.GetJSON(t, f.api.URL+"/id/health", &h)
 	if h.Replication == nil {
 		t.Fatalf("/id/health has no replication block: %+v", h)
 	}
@@ -140,7 +133,7 @@ func (f *failover) failOver(t *testing.T) (checker.Report, time.Duration) {
 	t.Helper()
 	recovery := f.promote(t)
 	late := f.start(t)
-	waitFor(t, 30*time.Second, "the instance started after the failover to load", func() bool {
+	testutil.Eventually(t, 30*time.Second, "the instance started after the failover to load", func() bool {
 		return tagStats(late, failoverTag).Loads > 0
 	})
 	f.served(t, 2000, "ids after the failover")
@@ -173,7 +166,7 @@ func (f *failover) promote(t *testing.T) time.Duration {
 	before := f.stats(func(st segment.Stats) int64 { return st.Loads })
 	promoted := time.Now()
 	f.r.Promote(t)
-	waitFor(t, 60*time.Second, "every instance to load from the promoted server", func() bool {
+	testutil.Eventually(t, 60*time.Second, "every instance to load from the promoted server", func() bool {
 		for i, n := range f.stats(func(st segment.Stats) int64 { return st.Loads }) {
 			if n <= before[i] {
 				return false
@@ -210,7 +203,7 @@ func TestFailover_AsyncLaggingStandby(t *testing.T) {
 		// Long enough for every instance to need a new segment, which the
 		// stalled standby never confirms.
 		fails := f.c.Report().Failed
-		waitFor(t, 30*time.Second, "the instances to run dry while the standby lags", func() bool {
+		testutil.Eventually(t, 30*time.Second, "the instances to run dry while the standby lags", func() bool {
 			return f.c.Report().Failed > fails+100
 		})
 		highestBefore := f.c.Report().Tag(failoverTag).Highest
@@ -234,7 +227,7 @@ func TestFailover_AsyncLaggingStandby(t *testing.T) {
 		// to its floor (which would hide the lost grants from the new
 		// instance, and make this check a race).
 		f.stop()
-		waitFor(t, 30*time.Second, "the old instances' loads to finish", func() bool {
+		testutil.Eventually(t, 30*time.Second, "the old instances' loads to finish", func() bool {
 			for _, a := range f.allocs {
 				if tagStats(a, failoverTag).Loading {
 					return false
@@ -245,7 +238,7 @@ func TestFailover_AsyncLaggingStandby(t *testing.T) {
 		f.r.KillPrimary(t)
 		f.r.Promote(t)
 		f.start(t)
-		waitFor(t, 60*time.Second, "the new instance to hand out ids served before", func() bool {
+		testutil.Eventually(t, 60*time.Second, "the new instance to hand out ids served before", func() bool {
 			return f.c.Report().Duplicates() > 0
 		})
 		f.stop()
@@ -374,7 +367,7 @@ func TestFailover_DisconnectedStandby(t *testing.T) {
 			f.served(t, 2000, "ids before the standby stops")
 			if tt.required != 0 {
 				admin := open(t, f.url)
-				waitFor(t, 30*time.Second, "the standby to be recorded", func() bool {
+				testutil.Eventually(t, 30*time.Second, "the standby to be recorded", func() bool {
 					recs, err := admin.Standbys(ctx)
 					return err == nil && len(recs) == 1
 				})
@@ -382,7 +375,7 @@ func TestFailover_DisconnectedStandby(t *testing.T) {
 			f.r.Standby.Stop(t, false)
 			failedBefore := f.c.Report().Failed
 			if tt.required != 0 {
-				waitFor(t, 30*time.Second, "the instances to run dry while the standby is away", func() bool {
+				testutil.Eventually(t, 30*time.Second, "the instances to run dry while the standby is away", func() bool {
 					return f.c.Report().Failed > failedBefore+100
 				})
 				h, metrics := f.health(t)
@@ -402,14 +395,14 @@ func TestFailover_DisconnectedStandby(t *testing.T) {
 			f.r.Promote(t)
 			f.start(t)
 			if tt.required == 0 {
-				waitFor(t, 60*time.Second, "the new instance to hand out ids served before", func() bool {
+				testutil.Eventually(t, 60*time.Second, "the new instance to hand out ids served before", func() bool {
 					return f.c.Report().Duplicates() > 0
 				})
 				f.stop()
 				t.Logf("the same failover without waiting for the standby: %d duplicate ids", f.c.Report().Duplicates())
 				return
 			}
-			waitFor(t, 60*time.Second, "the new instance to serve", func() bool { return f.c.Report().Acknowledged > acked })
+			testutil.Eventually(t, 60*time.Second, "the new instance to serve", func() bool { return f.c.Report().Acknowledged > acked })
 			dark := time.Since(promoted)
 			f.served(t, 2000, "ids after the failover")
 			f.stop()

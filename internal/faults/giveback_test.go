@@ -10,6 +10,7 @@ import (
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/internal/checker"
 	"github.com/idmint/idmint/internal/pgtest"
+	"github.com/idmint/idmint/internal/testutil"
 )
 
 // rollingRestart runs workers against instances slots and restarts each
@@ -137,13 +138,13 @@ func TestGracefulShutdownGivesBack(t *testing.T) {
 			t.Fatal(err)
 		}
 		c.Ack("a", "order", id)
-		waitFor(t, 10*time.Second, "a's prefetch", func() bool { return !tagStats(a, "order").Loading })
+		testutil.Eventually(t, 10*time.Second, "a's prefetch", func() bool { return !tagStats(a, "order").Loading })
 		id, err = b.Next(ctx, "order") // b takes the range after a's
 		if err != nil {
 			t.Fatal(err)
 		}
 		c.Ack("b", "order", id)
-		waitFor(t, 10*time.Second, "b's prefetch", func() bool { return !tagStats(b, "order").Loading })
+		testutil.Eventually(t, 10*time.Second, "b's prefetch", func() bool { return !tagStats(b, "order").Loading })
 		before := maxID(t, store, "order")
 		if err := a.Close(ctx); err != nil {
 			t.Fatal(err)

@@ -123,31 +123,6 @@ func newInstance(tb testing.TB, store allocator.Store, name string, mod func(*al
 	return a
 }
 
-// waitFor polls cond every 10ms until it holds or limit passes, and says
-// how long it took.
-func waitFor(tb testing.TB, limit time.Duration, what string, cond func() bool) time.Duration {
-	tb.Helper()
-	return waitForOr(tb, limit, what, cond, nil)
-}
-
-// waitForOr is waitFor that, when it gives up, says what explain returns:
-// the state the condition was waiting on.
-func waitForOr(tb testing.TB, limit time.Duration, what string, cond func() bool, explain func() string) time.Duration {
-	tb.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > limit {
-			state := ""
-			if explain != nil {
-				state = ":\n" + explain()
-			}
-			tb.Fatalf("gave up after %v waiting for %s%s", limit, what, state)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return time.Since(start)
-}
-
 // nextFunc asks for one ID for worker w; it names the client (one
 // sequential caller of one instance) and the tag.
 type nextFunc func(ctx context.Context, w int) (client, tag string, id int64, err error)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/idmint/idmint/internal/checker"
 	"github.com/idmint/idmint/internal/pgtest"
+	"github.com/idmint/idmint/internal/testutil"
 )
 
 // process is an idmint serve process.
@@ -44,7 +44,7 @@ func startProcess(t *testing.T, bin, dbURL, addr, name string) *process {
 		cmd.Wait()
 		logf.Close()
 	})
-	waitFor(t, 30*time.Second, name+" to listen", func() bool {
+	testutil.Eventually(t, 30*time.Second, name+" to listen", func() bool {
 		resp, err := http.Get(p.base + "/id/health")
 		if err == nil {
 			resp.Body.Close()
@@ -78,7 +78,7 @@ func TestInstanceKilled(t *testing.T) {
 	ps := make([]*process, procs)
 	names := make([]atomic.Pointer[string], procs) // what the workers read
 	for i := range ps {
-		addrs[i] = freeAddr(t)
+		addrs[i] = testutil.FreeAddr(t)
 		ps[i] = startProcess(t, bin, dbURL, addrs[i], fmt.Sprintf("proc-%d-0", i))
 		names[i].Store(&ps[i].name)
 	}
@@ -168,14 +168,4 @@ func servedIn(c *checker.Checker, tag string, ranges [][2]int64) int64 {
 		}
 	})
 	return n
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }

@@ -2,9 +2,7 @@ package faults_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"net/http"
 	"net/http/httptest"
 	"sync"
 	"testing"
@@ -16,6 +14,7 @@ import (
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/checker"
 	"github.com/idmint/idmint/internal/pgtest"
+	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/internal/toxic"
 )
 
@@ -54,7 +53,7 @@ func TestLostReplyAfterCommit(t *testing.T) {
 	}
 	take()
 	for round := 1; round <= rounds; round++ {
-		waitFor(t, 10*time.Second, "the next range", func() bool {
+		testutil.Eventually(t, 10*time.Second, "the next range", func() bool {
 			st := tagStats(a, "order")
 			if st.NextRange == nil && !st.Loading {
 				take() // crossing the threshold starts the prefetch
@@ -76,10 +75,10 @@ func TestLostReplyAfterCommit(t *testing.T) {
 			}
 			take()
 		}
-		waitFor(t, 10*time.Second, "the allocation to commit", func() bool { return maxID(t, direct, "order") > before })
+		testutil.Eventually(t, 10*time.Second, "the allocation to commit", func() bool { return maxID(t, direct, "order") > before })
 		// The toxic acted: the allocation committed, and its attempt
 		// ended in an ambiguous error, not a reply.
-		waitFor(t, 10*time.Second, "the allocation's reply to be lost", func() bool {
+		testutil.Eventually(t, 10*time.Second, "the allocation's reply to be lost", func() bool {
 			now := store.allocations()
 			if now.ok > calls.ok {
 				t.Fatalf("round %d: an allocation got its reply with the toxic on: the toxic was not in place", round)
@@ -87,7 +86,7 @@ func TestLostReplyAfterCommit(t *testing.T) {
 			return now.ambiguous > calls.ambiguous
 		})
 		px.Remove(t, "lose-reply")
-		d := waitFor(t, 20*time.Second, "the range to be recovered", func() bool { return tagStats(a, "order").Recovered == int64(round) })
+		d := testutil.Eventually(t, 20*time.Second, "the range to be recovered", func() bool { return tagStats(a, "order").Recovered == int64(round) })
 		t.Logf("round %d: reply lost after commit, range recovered by request id %v after the proxy healed", round, d.Round(time.Millisecond))
 		// Retries back off at most 100ms here: a recovery that takes
 		// seconds waits for something it should not.
@@ -126,14 +125,7 @@ func TestLostReplyAfterCommit(t *testing.T) {
 	}
 
 	var h httpapi.Health
-	resp, err := http.Get(api.URL + "/id/health")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
-		t.Fatal(err)
-	}
+	testutil.GetJSON(t, api.URL+"/id/health", &h)
 	if len(h.Tags) != 1 || h.Tags[0].Recovered != rounds {
 		t.Fatalf("/id/health tags %+v: want recovered_replies %d", h.Tags, rounds)
 	}
@@ -241,7 +233,7 @@ func TestRetryWhileInFlight(t *testing.T) {
 		id, err := a.Next(ctx, "order")
 		first <- result{id, err}
 	}()
-	waitFor(t, 20*time.Second, "three attempts of one request", func() bool { _, n := store.attempts(); return n >= 3 })
+	testutil.Eventually(t, 20*time.Second, "three attempts of one request", func() bool { _, n := store.attempts(); return n >= 3 })
 	if err := locker.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/checker"
 	"github.com/idmint/idmint/internal/pgtest"
+	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/internal/toxic"
 	"github.com/idmint/idmint/segment"
 )
@@ -98,7 +99,7 @@ func TestOutageLongerThanBuffers(t *testing.T) {
 		}
 	}
 	// Warm up: both ranges in memory.
-	waitFor(t, 10*time.Second, "both ranges loaded", func() bool {
+	testutil.Eventually(t, 10*time.Second, "both ranges loaded", func() bool {
 		c.Attempt()
 		r, err := get()
 		record(0, r, err)
@@ -177,7 +178,7 @@ func TestOutageLongerThanBuffers(t *testing.T) {
 
 	px.Heal(t)
 	back := time.Now()
-	waitFor(t, time.Minute, "service to resume", func() bool {
+	testutil.Eventually(t, time.Minute, "service to resume", func() bool {
 		c.Attempt()
 		r, err := get()
 		record(0, r, err)
@@ -188,7 +189,7 @@ func TestOutageLongerThanBuffers(t *testing.T) {
 	if resumed > 10*time.Second {
 		t.Fatalf("service resumed %v after the database came back, more than 10s", resumed)
 	}
-	waitFor(t, 30*time.Second, "goroutines to settle", func() bool { return runtime.NumGoroutine() <= goroutinesBefore+10 })
+	testutil.Eventually(t, 30*time.Second, "goroutines to settle", func() bool { return runtime.NumGoroutine() <= goroutinesBefore+10 })
 	if status, h := health(); status != http.StatusOK {
 		t.Fatalf("/id/health after the outage: %d %+v", status, h)
 	}

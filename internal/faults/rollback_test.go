@@ -2,7 +2,6 @@ package faults_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +19,7 @@ import (
 	"github.com/idmint/idmint/internal/checker"
 	"github.com/idmint/idmint/internal/pgtest"
 	"github.com/idmint/idmint/internal/testlog"
+	"github.com/idmint/idmint/internal/testutil"
 )
 
 // TestDatabaseRolledBack lowers max_id behind a running instance's back, as
@@ -57,7 +57,7 @@ func TestDatabaseRolledBack(t *testing.T) {
 		return client, "order", id, err
 	})
 	defer l.stop()
-	waitFor(t, 30*time.Second, "ids before the rollback", func() bool { return c.Report().Acknowledged > 500 })
+	testutil.Eventually(t, 30*time.Second, "ids before the rollback", func() bool { return c.Report().Acknowledged > 500 })
 
 	ctx := context.Background()
 	before := maxID(t, admin, "order")
@@ -65,7 +65,7 @@ func TestDatabaseRolledBack(t *testing.T) {
 	if _, err := admin.Pool().Exec(ctx, `UPDATE idmint_tags SET max_id = $1 WHERE biz_tag = 'order'`, restored); err != nil {
 		t.Fatal(err)
 	}
-	repairedIn := waitFor(t, 30*time.Second, "the running instance to repair", func() bool {
+	repairedIn := testutil.Eventually(t, 30*time.Second, "the running instance to repair", func() bool {
 		return tagStats(running, "order").Repaired > 0
 	})
 	st := tagStats(running, "order")
@@ -82,20 +82,15 @@ func TestDatabaseRolledBack(t *testing.T) {
 	// An instance with no memory of the lost grants starts now.
 	late.Store(newInstance(t, open(t, dbURL), "rollback-late", nil))
 	acked := c.Report().Acknowledged
-	waitFor(t, 30*time.Second, "both instances to serve", func() bool {
+	testutil.Eventually(t, 30*time.Second, "both instances to serve", func() bool {
 		return tagStats(late.Load(), "order").Issued > 100 && c.Report().Acknowledged > acked+500
 	})
 	l.stop()
 
 	var h httpapi.Health
-	resp, err := http.Get(api.URL + "/id/health")
-	if err != nil {
-		t.Fatal(err)
-	}
-	json.NewDecoder(resp.Body).Decode(&h)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || h.Status != httpapi.StatusDegraded || len(h.Tags) != 1 || h.Tags[0].Repaired == 0 {
-		t.Fatalf("/id/health after the repair: %d %+v", resp.StatusCode, h)
+	code := testutil.GetJSON(t, api.URL+"/id/health", &h)
+	if code != http.StatusOK || h.Status != httpapi.StatusDegraded || len(h.Tags) != 1 || h.Tags[0].Repaired == 0 {
+		t.Fatalf("/id/health after the repair: %d %+v", code, h)
 	}
 	if got := scrapeValue(t, api.URL, "idmint_rollbacks_repaired_total"); got != float64(h.Tags[0].Repaired) {
 		t.Fatalf("idmint_rollbacks_repaired_total = %v, /id/health says %d", got, h.Tags[0].Repaired)

@@ -202,6 +202,9 @@ func TestExternal(t *testing.T) {
 	var skipped bool
 	t.Run("restart skips when allowed", func(t *testing.T) {
 		t.Setenv(envAllowSkip, "other,"+topName(t))
+		// This skip checks Skip itself; it is no scenario of this run, and
+		// the report would list TestExternal as skipped as well as ran.
+		t.Setenv(envReport, "")
 		defer func() { skipped = t.Skipped() }()
 		s.Restart(t, true)
 	})
@@ -289,6 +292,33 @@ func TestWithDatabase(t *testing.T) {
 				t.Fatalf("withDatabase(%q) = %q, %v; want %q, error %v", tt.in, got, err, tt.want, tt.err)
 			}
 		})
+	}
+}
+
+// TestExternal_ReportedOnce runs TestExternal in a child process and wants
+// it in the scenario report once, as ran: the skip it provokes to check
+// Skip is not one of its scenarios.
+func TestExternal_ReportedOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	report := filepath.Join(t.TempDir(), "report")
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestExternal$")
+	cmd.Env = append(os.Environ(), envReport+"="+report)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("TestExternal: %v\n%s", err, out)
+	}
+	data, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var outcomes []string
+	for line := range strings.Lines(string(data)) {
+		if f := strings.Split(strings.TrimSuffix(line, "\n"), "\t"); len(f) == 4 && f[2] == "TestExternal" {
+			outcomes = append(outcomes, f[3])
+		}
+	}
+	if len(outcomes) != 1 || outcomes[0] != "ran" {
+		t.Fatalf("TestExternal in the report as %q; want once, ran", outcomes)
 	}
 }
 

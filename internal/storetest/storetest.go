@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/segment"
 )
 
@@ -599,7 +600,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		if _, err := a.NextN(t.Context(), "order", 5); err != nil {
 			t.Fatal(err)
 		}
-		waitUntil(t, "the next range", func() bool {
+		testutil.Eventually(t, 30*time.Second, "the next range", func() bool {
 			for _, st := range a.Stats() {
 				if st.Tag == "order" {
 					return st.NextRange != nil && !st.Loading
@@ -613,7 +614,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		if _, err := a.NextN(t.Context(), "order", 15); err != nil { // 6..20
 			t.Fatal(err)
 		}
-		waitUntil(t, "the buffers to run dry", func() bool {
+		testutil.Eventually(t, 30*time.Second, "the buffers to run dry", func() bool {
 			_, err := a.Next(t.Context(), "order")
 			if err != nil && !errors.Is(err, allocator.ErrUnavailable) {
 				t.Fatalf("Next while unreachable: %v, want ErrUnavailable", err)
@@ -632,7 +633,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		// the same request ID and serves its range; a new request would
 		// have been granted [31, 40].
 		var ids []int64
-		waitUntil(t, "service after the store came back", func() bool {
+		testutil.Eventually(t, 30*time.Second, "service after the store came back", func() bool {
 			var err error
 			ids, err = a.NextN(t.Context(), "order", 15)
 			if err != nil && !errors.Is(err, allocator.ErrUnavailable) {
@@ -855,18 +856,6 @@ func (s *unreachableStore) committed() (allocator.Segment, bool) {
 		return allocator.Segment{}, false
 	}
 	return *s.first, true
-}
-
-// waitUntil polls cond every millisecond for at most 30 seconds.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up after 30s waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // MaxIDSetter sets a tag's max_id behind the store's back, as an operator
