@@ -38,12 +38,16 @@ test:
 	rm -f "$$report"; exit $$rc
 
 # fuzz runs each fuzz target for FUZZTIME (CI runs it after the tests):
-# request parsing, token parsing, and the token check of the HTTP API.
+# request parsing, token parsing, the token check of the HTTP API, the range
+# endpoints, JSON bodies, and the buffer at the top of int64.
 FUZZTIME ?= 20s
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzRequest$$' -fuzztime $(FUZZTIME) ./httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzAuth$$' -fuzztime $(FUZZTIME) ./httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzParseToken$$' -fuzztime $(FUZZTIME) ./allocator
+	$(GO) test -run '^$$' -fuzz '^FuzzServer_Segments$$' -fuzztime $(FUZZTIME) ./httpapi
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeBody$$' -fuzztime $(FUZZTIME) ./httpapi
+	$(GO) test -run '^$$' -fuzz '^FuzzBuffer_TopOfInt64$$' -fuzztime $(FUZZTIME) ./segment
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

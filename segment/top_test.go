@@ -66,7 +66,9 @@ func FuzzBuffer_TopOfInt64(f *testing.F) {
 	f.Fuzz(func(t *testing.T, dist uint32, step uint16, seed uint64) {
 		dist %= 20_000 // bounds the IDs a run takes
 		first := math.MaxInt64 - int64(dist)
-		l := &topLoader{next: first, step: max(int64(step), 1)}
+		// At most about 200 loads a run: a run that outlasts -fuzztime
+		// is reported by the fuzzing engine as "context deadline exceeded".
+		l := &topLoader{next: first, step: max(int64(step), int64(dist)/200, 1)}
 		b := segment.New(segment.Config{Tag: "top", Loader: l, Logger: quiet(),
 			WaitTimeout: 5 * time.Second, MinBackoff: time.Hour, MaxBackoff: time.Hour})
 		defer b.Close()
