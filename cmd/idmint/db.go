@@ -61,6 +61,22 @@ type openedStore struct {
 // standby): quietly, as logs would clutter its table, but saying on stderr
 // which database it used, so that a forgotten IDMINT_DATA_DIR that made a
 // second SQLite file is seen at once.
+// storeFlags registers the store flags and returns a run that opens the
+// store (saying which on stderr), calls do, and closes it: the shape of
+// every command that works on the database directly.
+func storeFlags(fs *flag.FlagSet, do func(ctx context.Context, store *openedStore, out output, args []string) error) runFunc {
+	var sc storeConfig
+	sc.register(fs)
+	return func(ctx context.Context, out output, args []string) error {
+		store, err := openForCommand(ctx, sc, out.stderr)
+		if err != nil {
+			return err
+		}
+		defer store.close()
+		return do(ctx, store, out, args)
+	}
+}
+
 func openForCommand(ctx context.Context, c storeConfig, stderr io.Writer) (*openedStore, error) {
 	store, err := openStore(ctx, c, false, slog.New(slog.DiscardHandler))
 	if err != nil {

@@ -14,20 +14,13 @@ import (
 // standbyFlags registers the store flags and returns a run that opens the
 // store, refuses anything but PostgreSQL, and calls do.
 func standbyFlags(fs *flag.FlagSet, do func(ctx context.Context, pg *allocator.Postgres, out output, args []string) error) runFunc {
-	var sc storeConfig
-	sc.register(fs)
-	return func(ctx context.Context, out output, args []string) error {
-		store, err := openForCommand(ctx, sc, out.stderr)
-		if err != nil {
-			return err
-		}
-		defer store.close()
+	return storeFlags(fs, func(ctx context.Context, store *openedStore, out output, args []string) error {
 		pg, ok := store.store.(*allocator.Postgres)
 		if !ok {
 			return errors.New("idmint standby: only PostgreSQL has standbys (--database-url postgres://…)")
 		}
 		return do(ctx, pg, out, args)
-	}
+	})
 }
 
 func standbyForgetFlags(fs *flag.FlagSet) runFunc {

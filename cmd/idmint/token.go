@@ -30,16 +30,9 @@ func (l *scopeList) Set(v string) error {
 // tokenFlags registers the store flags and returns a run that opens the
 // store (saying which on stderr) and calls do.
 func tokenFlags(fs *flag.FlagSet, do func(ctx context.Context, tokens allocator.TokenStore, out output, args []string) error) runFunc {
-	var sc storeConfig
-	sc.register(fs)
-	return func(ctx context.Context, out output, args []string) error {
-		store, err := openForCommand(ctx, sc, out.stderr)
-		if err != nil {
-			return err
-		}
-		defer store.close()
+	return storeFlags(fs, func(ctx context.Context, store *openedStore, out output, args []string) error {
 		return do(ctx, store.tokens, out, args)
-	}
+	})
 }
 
 func tokenCreateFlags(fs *flag.FlagSet) runFunc {
