@@ -8,6 +8,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/segment"
 )
 
 // TagAdmin is what the admin API needs to manage tags: an allocator.Admin
@@ -15,7 +16,8 @@ import (
 type TagAdmin = allocator.Admin
 
 // TagJSON is a tag as the admin API shows it. max_id is a string, as IDs
-// are everywhere in the API; max_step 0 means the default (1,000,000).
+// are everywhere in the API; max_step is the one in force: a tag created
+// without one shows the default (1,000,000), as `tag list` does.
 type TagJSON struct {
 	Tag         string `json:"biz_tag"`
 	MaxID       int64  `json:"max_id,string"`
@@ -25,14 +27,20 @@ type TagJSON struct {
 }
 
 func tagJSON(t allocator.Tag) TagJSON {
-	return TagJSON{Tag: t.Name, MaxID: t.MaxID, Step: t.Step, MaxStep: t.MaxStep, Description: t.Description}
+	maxStep := t.MaxStep
+	if maxStep == 0 {
+		maxStep = segment.DefaultMaxStep
+	}
+	return TagJSON{Tag: t.Name, MaxID: t.MaxID, Step: t.Step, MaxStep: maxStep, Description: t.Description}
 }
 
-// createTagRequest is the body of POST /v1/tags.
+// createTagRequest is the body of POST /v1/tags. A step or max_step left
+// out takes the default; one given must be at least 1, so that a 0 sent by
+// mistake is refused rather than read as "the default".
 type createTagRequest struct {
 	Tag         string `json:"biz_tag"`
-	Step        int64  `json:"step"`
-	MaxStep     int64  `json:"max_step"`
+	Step        *int64 `json:"step"`
+	MaxStep     *int64 `json:"max_step"`
 	Start       int64  `json:"start"`
 	Description string `json:"description"`
 }
@@ -87,9 +95,22 @@ func (s *Server) handleCreateTag(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &req) {
 		return
 	}
-	t, err := s.cfg.Admin.CreateTag(r.Context(), allocator.TagSpec{
-		Name: req.Tag, Step: req.Step, MaxStep: req.MaxStep, Start: req.Start, Description: req.Description,
-	})
+	spec := allocator.TagSpec{Name: req.Tag, Start: req.Start, Description: req.Description}
+	for _, f := range []struct {
+		name string
+		in   *int64
+		out  *int64
+	}{{"step", req.Step, &spec.Step}, {"max_step", req.MaxStep, &spec.MaxStep}} {
+		if f.in == nil {
+			continue
+		}
+		if *f.in < 1 {
+			s.adminError(w, r, fmt.Errorf("%w: %s %d: want at least 1 (leave it out for the default)", allocator.ErrInvalidSpec, f.name, *f.in))
+			return
+		}
+		*f.out = *f.in
+	}
+	t, err := s.cfg.Admin.CreateTag(r.Context(), spec)
 	if err != nil {
 		s.adminError(w, r, err)
 		return

@@ -35,7 +35,7 @@ func TestAdmin_Tags(t *testing.T) {
 				t.Fatalf("before create: %d %s", s, body)
 			}
 			s, _, body := do(t, a.srv, "POST", "/v1/tags", admin, map[string]any{"biz_tag": "invoice", "step": 10, "description": "invoices"})
-			if got := tag(s, body); s != 201 || got != (httpapi.TagJSON{Tag: "invoice", MaxID: 0, Step: 10, Description: "invoices"}) {
+			if got := tag(s, body); s != 201 || got != (httpapi.TagJSON{Tag: "invoice", MaxID: 0, Step: 10, MaxStep: 1_000_000, Description: "invoices"}) {
 				t.Fatalf("create: %d %+v", s, got)
 			}
 			created := time.Now()
@@ -54,6 +54,9 @@ func TestAdmin_Tags(t *testing.T) {
 				{"exists", map[string]any{"biz_tag": "invoice"}, 409, httpapi.CodeTagExists},
 				{"bad name", map[string]any{"biz_tag": "no way"}, 400, httpapi.CodeInvalidTag},
 				{"bad step", map[string]any{"biz_tag": "x", "step": -1}, 400, httpapi.CodeInvalidSpec},
+				// 0 is not "the default": a field given must mean what it says.
+				{"step 0", map[string]any{"biz_tag": "x", "step": 0}, 400, httpapi.CodeInvalidSpec},
+				{"max_step 0", map[string]any{"biz_tag": "x", "max_step": 0}, 400, httpapi.CodeInvalidSpec},
 				{"unknown field", map[string]any{"biz_tag": "x", "color": "red"}, 400, httpapi.CodeInvalidJSON},
 				{"not json", "just a string", 400, httpapi.CodeInvalidJSON},
 			} {
