@@ -57,7 +57,7 @@ func (s *Server) monitoringAuth(next http.Handler, page bool) http.Handler {
 		if err != nil {
 			if page && err.code == CodeUnauthorized && strings.Contains(r.Header.Get("Accept"), "text/html") {
 				// A fixed, relative target: /id/login beside the page.
-				http.Redirect(w, r, "login", http.StatusSeeOther)
+				seeOther(w, "login")
 				return
 			}
 			s.WriteError(w, r, err)
@@ -101,7 +101,7 @@ func (s *Server) mountLogin(r chi.Router) {
 	r.Post("/id/logout", sameOrigin(func(w http.ResponseWriter, r *http.Request) {
 		http.SetCookie(w, &http.Cookie{Name: MonitorCookie, Value: "", Path: "/", MaxAge: -1,
 			HttpOnly: true, Secure: secureRequest(r), SameSite: http.SameSiteStrictMode})
-		http.Redirect(w, r, "login", http.StatusSeeOther)
+		seeOther(w, "login")
 	}))
 }
 
@@ -131,7 +131,16 @@ func (s *Server) handleLogin(w http.ResponseWriter, r *http.Request) {
 	}
 	http.SetCookie(w, &http.Cookie{Name: MonitorCookie, Value: token, Path: "/",
 		HttpOnly: true, Secure: secureRequest(r), SameSite: http.SameSiteStrictMode})
-	http.Redirect(w, r, "dashboard", http.StatusSeeOther)
+	seeOther(w, "dashboard")
+}
+
+// seeOther redirects to target, a fixed path relative to the request's
+// (/id/login beside /id/dashboard), kept relative so that it also works
+// behind a proxy that mounts idmint under a prefix; http.Redirect would
+// make it absolute.
+func seeOther(w http.ResponseWriter, target string) {
+	w.Header().Set("Location", target)
+	w.WriteHeader(http.StatusSeeOther)
 }
 
 // secureRequest reports whether the browser reached r over HTTPS: TLS
