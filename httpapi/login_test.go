@@ -2,9 +2,12 @@ package httpapi_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -176,5 +179,70 @@ func TestLogin_Unprotected(t *testing.T) {
 	p := newTokenInstance(t, stores(t)["sqlite"](t), httpapi.AuthConfig{}, httpapi.Limits{})
 	if resp, _ := send(t, p, "GET", "/id/login", ""); resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("GET /id/login: %d, want 404", resp.StatusCode)
+	}
+}
+
+// autoLogin wraps the API so that the login form fills in token and
+// submits itself, as a person would: the test's only change to the pages.
+type autoLogin struct {
+	api   http.Handler
+	token string
+}
+
+func (a autoLogin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet || r.URL.Path != "/id/login" {
+		a.api.ServeHTTP(w, r)
+		return
+	}
+	rec := httptest.NewRecorder()
+	a.api.ServeHTTP(rec, r)
+	script := `<script>document.getElementById("token").value = ` + strconv.Quote(a.token) + `; document.forms[0].submit();</script>`
+	for k, v := range rec.Header() {
+		if k != "Content-Security-Policy" && k != "Content-Length" {
+			w.Header()[k] = v
+		}
+	}
+	w.WriteHeader(rec.Code)
+	io.WriteString(w, strings.Replace(rec.Body.String(), "</body>", script+"</body>", 1))
+}
+
+// TestLogin_Browser: headless Chromium opens the protected dashboard, is
+// sent to the login form, logs in with a monitor token, and the page shows
+// /id/health read with the cookie alone; a form on another origin posting
+// the same token is refused.
+func TestLogin_Browser(t *testing.T) {
+	bin := findChromium(t)
+	store := stores(t)["sqlite"](t)
+	if _, err := store.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: 100}); err != nil {
+		t.Fatal(err)
+	}
+	_, monitor := token(t, store, "browser", "monitor")
+	a := allocator.New(allocator.Config{Store: store, Instance: "login", Logger: quiet()})
+	t.Cleanup(func() { a.Close(context.Background()) })
+	api := httpapi.NewServer(httpapi.Config{Allocator: a, Instance: "login", Logger: quiet(),
+		Auth: httpapi.AuthConfig{Tokens: store, ProtectMonitoring: true}, Admin: store})
+	srv := httptest.NewServer(autoLogin{api: api, token: monitor})
+	t.Cleanup(srv.Close)
+	if resp, err := http.Get(srv.URL + "/id?biz_tag=order"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/id: %v %v", resp, err)
+	}
+
+	dom := string(runChromium(t, bin, srv.URL+"/id/dashboard", 3000, "--dump-dom"))
+	if !strings.Contains(dom, `data-loaded="true"`) || !strings.Contains(dom, `data-tag="order"`) {
+		t.Fatalf("after the login the page did not render /id/health:\n%s", dom)
+	}
+	if !strings.Contains(dom, `<form id="logout" method="post" action="logout">`) {
+		t.Errorf("no logout button on the page")
+	}
+
+	// Another origin (another port) with a form that posts the token.
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprintf(w, `<form method="post" action="%s/id/login"><input name="token" value="%s"></form><script>document.forms[0].submit()</script>`, srv.URL, monitor)
+	}))
+	t.Cleanup(evil.Close)
+	dom = string(runChromium(t, bin, evil.URL, 2000, "--dump-dom"))
+	if !strings.Contains(dom, "cross-origin request refused") {
+		t.Fatalf("a cross-origin login was not refused:\n%s", dom)
 	}
 }
