@@ -228,6 +228,10 @@ func TestServe_TLS(t *testing.T) {
 		if out := idmint(t, "healthcheck", "--listen", s.addr, "--token", s.watch, "--cert", s.clientCert, "--key", s.clientKey); strings.TrimSpace(out) != "ok" {
 			t.Fatalf("healthcheck over TLS: %q", out)
 		}
+		if out := idmint(t, "drill", "--target", s.base, "--biz-tag", "demo", "--token", s.ids, "--cert", s.clientCert, "--key", s.clientKey,
+			"--duration", "500ms", "--concurrency", "2"); !strings.Contains(out, "drill: 2 clients") {
+			t.Fatalf("drill over TLS:\n%s", out)
+		}
 	})
 
 	t.Run("reload", func(t *testing.T) {
