@@ -19,6 +19,7 @@ func healthcheckFlags(fs *flag.FlagSet) runFunc {
 	token := fs.String("token", "", "bearer token, when serve runs with --protect-monitoring")
 	var tlsFlags tlsClientFlags
 	tlsFlags.register(fs)
+	tlsFlags.registerPin(fs)
 	return func(ctx context.Context, out output, _ []string) error {
 		hc, err := tlsFlags.httpClient(0)
 		if err != nil {

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
@@ -177,6 +179,8 @@ func serverProtocols() *http.Protocols {
 // instance (--server, healthcheck).
 type tlsClientFlags struct {
 	ca, cert, key string
+	// pin is serve's own certificate file, for healthcheck (registerPin).
+	pin string
 }
 
 func (f *tlsClientFlags) register(fs *flag.FlagSet) {
@@ -185,8 +189,37 @@ func (f *tlsClientFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.key, "key", "", "PEM private key of --cert")
 }
 
+// registerPin adds --tls-cert, serve's own flag: a health check in serve's
+// container (IDMINT_TLS_CERT set) then speaks TLS without being told.
+func (f *tlsClientFlags) registerPin(fs *flag.FlagSet) {
+	fs.StringVar(&f.pin, "tls-cert", "", "serve's certificate (the same flag and IDMINT_TLS_CERT as serve): check over https, trusting exactly this certificate whatever name it was issued to (unless --ca is given)")
+}
+
 // set reports whether any TLS flag is given.
-func (f *tlsClientFlags) set() bool { return f.ca != "" || f.cert != "" || f.key != "" }
+func (f *tlsClientFlags) set() bool { return f.ca != "" || f.cert != "" || f.key != "" || f.pin != "" }
+
+// pinTo makes cfg trust exactly the first certificate in the PEM file
+// path, instead of a CA and a name: the health check asks for 127.0.0.1,
+// which serve's certificate need not name.
+func pinTo(cfg *tls.Config, path string) error {
+	pair, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("--tls-cert: %w", err)
+	}
+	block, _ := pem.Decode(pair)
+	if block == nil || block.Type != "CERTIFICATE" {
+		return fmt.Errorf("--tls-cert %s: no PEM certificate in it", path)
+	}
+	pinned := block.Bytes
+	cfg.InsecureSkipVerify = true // replaced by the comparison below
+	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+		if len(cs.PeerCertificates) == 0 || !bytes.Equal(cs.PeerCertificates[0].Raw, pinned) {
+			return errors.New("the server's certificate is not the one in --tls-cert")
+		}
+		return nil
+	}
+	return nil
+}
 
 // httpClient returns an HTTP client with these settings.
 func (f *tlsClientFlags) httpClient(timeout time.Duration) (*http.Client, error) {
@@ -195,6 +228,11 @@ func (f *tlsClientFlags) httpClient(timeout time.Duration) (*http.Client, error)
 		cfg, err := client.LoadTLS(f.ca, f.cert, f.key)
 		if err != nil {
 			return nil, err
+		}
+		if f.pin != "" && f.ca == "" {
+			if err := pinTo(cfg, f.pin); err != nil {
+				return nil, err
+			}
 		}
 		t.TLSClientConfig = cfg
 	}

@@ -228,7 +228,18 @@ func TestServe_TLS(t *testing.T) {
 		if out := idmint(t, "healthcheck", "--listen", s.addr, "--token", s.watch, "--cert", s.clientCert, "--key", s.clientKey); strings.TrimSpace(out) != "ok" {
 			t.Fatalf("healthcheck over TLS: %q", out)
 		}
-		if out := idmint(t, "drill", "--target", s.base, "--biz-tag", "demo", "--token", s.ids, "--cert", s.clientCert, "--key", s.clientKey,
+		// In serve's container: IDMINT_TLS_CERT is serve's certificate.
+		t.Setenv("IDMINT_CA", "")
+		t.Setenv("IDMINT_TLS_CERT", s.serverCert)
+		if out := idmint(t, "healthcheck", "--listen", s.addr, "--token", s.watch, "--cert", s.clientCert, "--key", s.clientKey); strings.TrimSpace(out) != "ok" {
+			t.Fatalf("healthcheck pinned to serve's certificate: %q", out)
+		}
+		other, _ := s.other.Issue(t, s.dir, "impostor", 4001, true)
+		if err := run(context.Background(), []string{"healthcheck", "--listen", s.addr, "--token", s.watch, "--cert", s.clientCert, "--key", s.clientKey, "--tls-cert", other}, &stdout, &stderr); err == nil {
+			t.Fatal("healthcheck pinned to another certificate succeeded")
+		}
+		t.Setenv("IDMINT_TLS_CERT", "")
+		if out := idmint(t, "drill", "--target", s.base, "--biz-tag", "demo", "--token", s.ids, "--ca", s.ca.File, "--cert", s.clientCert, "--key", s.clientKey,
 			"--duration", "500ms", "--concurrency", "2"); !strings.Contains(out, "drill: 2 clients") {
 			t.Fatalf("drill over TLS:\n%s", out)
 		}
