@@ -121,6 +121,21 @@ func TestLogin_Cookie(t *testing.T) {
 	if resp, _ := send(t, p, "POST", "/id/login", "token="+url.QueryEscape(monitor), "X-Forwarded-Proto", "https"); loginCookie(resp) == nil || !loginCookie(resp).Secure {
 		t.Errorf("behind a TLS proxy the cookie is not Secure: %v", loginCookie(resp))
 	}
+	t.Run("Secure over TLS", func(t *testing.T) {
+		tlsSrv := httptest.NewUnstartedServer(p.srv.Config.Handler)
+		tlsSrv.StartTLS()
+		defer tlsSrv.Close()
+		c := tlsSrv.Client()
+		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+		resp, err := c.PostForm(tlsSrv.URL+"/id/login", url.Values{"token": {monitor}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if c := loginCookie(resp); c == nil || !c.Secure || !c.HttpOnly {
+			t.Fatalf("login over TLS: %d, cookie %+v: want Secure and HttpOnly", resp.StatusCode, c)
+		}
+	})
 	cookie := func(v string) []string { return []string{"Cookie", httpapi.MonitorCookie + "=" + v} }
 
 	t.Run("opens the monitoring GETs", func(t *testing.T) {
