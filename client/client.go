@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -31,6 +32,12 @@ var (
 	// ErrUnavailable means no ID could be handed out in time: both ranges
 	// of the tag are empty and no instance granted a new one.
 	ErrUnavailable = segment.ErrUnavailable
+	// ErrUnauthorized means an instance refused the token (401): none
+	// given, unknown or revoked. It is returned at once, never retried.
+	ErrUnauthorized = errors.New("unauthorized: the instance refused the token")
+	// ErrForbidden means the token's scopes do not cover the tag (403).
+	// It is returned at once, never retried.
+	ErrForbidden = errors.New("forbidden: the token's scopes do not cover the request")
 )
 
 // Config configures a Client. Zero fields take the defaults named.
@@ -44,6 +51,15 @@ type Config struct {
 	// HTTPClient sends the requests (default: a client of its own, whose
 	// idle connections Close closes).
 	HTTPClient *http.Client
+	// Token is the bearer token sent with every request, for instances
+	// serving with --auth token (scope ids or ids:TAG). It is never logged
+	// nor put in an error.
+	Token string
+	// TLS configures the default HTTPClient's connections to https://
+	// URLs: the CAs to trust and a client certificate (LoadTLS reads them
+	// from files). Nil uses the system's CAs. It cannot be combined with
+	// HTTPClient, which has its own transport.
+	TLS *tls.Config
 	// AttemptTimeout bounds one HTTP request (default half of
 	// Segment.WaitTimeout: 1s). It must be below Segment.WaitTimeout when
 	// both are set: callers waiting for a range then still wait when a slow
@@ -65,6 +81,9 @@ func (c *Config) check() error {
 	if len(c.URLs) == 0 {
 		return errors.New("client: no URLs")
 	}
+	if c.TLS != nil && c.HTTPClient != nil {
+		return errors.New("client: TLS and HTTPClient are both set: configure TLS on the HTTPClient's transport")
+	}
 	if a, w := c.AttemptTimeout, c.Segment.WaitTimeout; a > 0 && w > 0 && a >= w {
 		return fmt.Errorf("client: AttemptTimeout %v must be below Segment.WaitTimeout %v, or a slow reply times out the callers waiting for it", a, w)
 	}
@@ -80,6 +99,7 @@ func (c *Config) setDefaults() (own *http.Transport) {
 			DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 			MaxIdleConnsPerHost: 8,
 			IdleConnTimeout:     90 * time.Second,
+			TLSClientConfig:     c.TLS,
 		}
 		c.HTTPClient = &http.Client{Transport: own}
 	}

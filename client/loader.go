@@ -31,10 +31,13 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("idmint %s: %d %s: %s", e.URL, e.Status, e.Code, e.Message)
 }
 
-// Is reports ErrUnknownTag and ErrInvalidTag by code.
+// Is reports ErrUnknownTag and ErrInvalidTag by code, ErrUnauthorized and
+// ErrForbidden by status.
 func (e *APIError) Is(target error) bool {
 	return (target == ErrUnknownTag && e.Code == "unknown_tag") ||
-		(target == ErrInvalidTag && e.Code == "invalid_biz_tag")
+		(target == ErrInvalidTag && e.Code == "invalid_biz_tag") ||
+		(target == ErrUnauthorized && e.Status == http.StatusUnauthorized) ||
+		(target == ErrForbidden && e.Status == http.StatusForbidden)
 }
 
 // settled reports whether the answer says that nothing was granted for the
@@ -338,6 +341,9 @@ func (c *Client) post(ctx context.Context, url string, body, out any, header ...
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
+	if c.cfg.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
+	}
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}

@@ -92,13 +92,9 @@ func (s *Server) initAccess() {
 }
 
 // monitoring wraps /metrics, /id/health and /id/dashboard: open, unless
-// ProtectMonitoring asks for a token with the monitor or admin scope.
-func (s *Server) monitoring(next http.Handler) http.Handler {
-	if !s.cfg.Auth.ProtectMonitoring {
-		return next
-	}
-	return s.requireScope("monitor", func(p *principal) bool { return p.monitor || p.admin })(next)
-}
+// ProtectMonitoring asks for a token with the monitor or admin scope, as a
+// bearer token or as the login cookie (login.go).
+func (s *Server) monitoring(next http.Handler) http.Handler { return s.monitoringAuth(next, false) }
 
 // principal is a valid token, with its scopes parsed for quick checks.
 type principal struct {
@@ -253,14 +249,20 @@ func (a *authenticator) authenticate(r *http.Request) (*principal, *apiError) {
 	if !strings.EqualFold(scheme, "Bearer") {
 		return nil, unauthorized("invalid_request", "use the Bearer scheme: Authorization: Bearer idm_…")
 	}
-	id, secret, ok := allocator.ParseToken(strings.TrimSpace(bearer))
+	return a.check(r.Context(), strings.TrimSpace(bearer))
+}
+
+// check returns the principal of a token, or the 401 (or 503) to answer:
+// the one check of a bearer token and of the monitoring cookie alike.
+func (a *authenticator) check(ctx context.Context, raw string) (*principal, *apiError) {
+	id, secret, ok := allocator.ParseToken(raw)
 	if !ok {
 		return nil, unauthorized("invalid_token", "malformed bearer token")
 	}
 	if a == nil || a.src == nil {
 		return nil, unauthorized("invalid_token", "invalid or revoked bearer token")
 	}
-	set := a.current(r.Context())
+	set := a.current(ctx)
 	if set != nil {
 		if _, revoked := set.revoked[id]; revoked {
 			return nil, unauthorized("invalid_token", "invalid or revoked bearer token")

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"embed"
 	"net/http"
 )
@@ -26,5 +27,8 @@ func handleDashboard(w http.ResponseWriter, r *http.Request) {
 	// Everything the page needs is inline or same-origin.
 	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:")
 	h.Set("X-Content-Type-Options", "nosniff")
+	if loggedIn(r) {
+		page = bytes.Replace(page, []byte(`<form id="logout" method="post" action="logout" hidden>`), []byte(`<form id="logout" method="post" action="logout">`), 1)
+	}
 	w.Write(page)
 }

@@ -39,6 +39,16 @@ type Health struct {
 	Tags        []TagHealth        `json:"tags"`
 	// Snowflake is the Snowflake mode's state; absent when it is off.
 	Snowflake *SnowflakeHealth `json:"snowflake,omitempty"`
+	// TLS says how the listener is secured (Config.TLS).
+	TLS TLSHealth `json:"tls"`
+}
+
+// TLSHealth says whether the listener serves TLS and asks for client
+// certificates. It never holds key material.
+type TLSHealth struct {
+	Enabled bool `json:"enabled"`
+	// ClientCertificates is "required" (mTLS) or "off".
+	ClientCertificates string `json:"client_certificates"`
 }
 
 // DatabaseHealth reports whether the store answered a ping.
@@ -142,7 +152,10 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 //
 // Reasons lists every cause, so that a dashboard can say what is wrong.
 func (s *Server) health(ctx context.Context, stats []segment.Stats, asked bool) Health {
-	h := Health{Version: HealthVersion, Instance: s.cfg.Instance, Time: s.cfg.Now().UTC(), Tags: make([]TagHealth, 0, len(stats))}
+	h := Health{Version: HealthVersion, Instance: s.cfg.Instance, Time: s.cfg.Now().UTC(), Tags: make([]TagHealth, 0, len(stats)), TLS: s.cfg.TLS}
+	if h.TLS.ClientCertificates == "" {
+		h.TLS.ClientCertificates = "off"
+	}
 	pingCtx, cancel := context.WithTimeout(ctx, s.cfg.PingTimeout)
 	start := s.cfg.Now()
 	err := s.cfg.Allocator.Ping(pingCtx)

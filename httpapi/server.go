@@ -63,6 +63,9 @@ type Config struct {
 	Limits Limits
 	// Admin, when set, serves the admin API under /v1/tags (admin.go).
 	Admin TagAdmin
+	// TLS is what /id/health says of the listener; the listener itself is
+	// the caller's (idmint serve --tls-cert).
+	TLS TLSHealth
 }
 
 // Server is the HTTP API. It is an http.Handler.
@@ -131,7 +134,8 @@ func NewServer(cfg Config) *Server {
 	r.Method(http.MethodGet, "/id", s.IDAccess(http.HandlerFunc(s.handleID)))
 	r.Method(http.MethodGet, "/ids", s.IDAccess(http.HandlerFunc(s.handleIDs)))
 	r.Method(http.MethodGet, "/id/health", s.monitoring(http.HandlerFunc(s.handleHealth)))
-	r.Method(http.MethodGet, "/id/dashboard", s.monitoring(http.HandlerFunc(handleDashboard)))
+	r.Method(http.MethodGet, "/id/dashboard", s.monitoringAuth(http.HandlerFunc(handleDashboard), true))
+	s.mountLogin(r)
 	r.Method(http.MethodGet, "/metrics", s.monitoring(cfg.Metrics.handler()))
 	r.Get("/openapi.yaml", handleOpenAPI)
 	s.mountAdmin(r)

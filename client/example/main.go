@@ -3,6 +3,7 @@
 // increasing.
 //
 //	go run ./client/example --url http://127.0.0.1:8080 --url http://127.0.0.1:8081 --tag order --duration 10s
+//	IDMINT_TOKEN=idm_… go run ./client/example --url https://idmint:8443 --ca ca.pem --cert app.pem --key app-key.pem
 package main
 
 import (
@@ -47,14 +48,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	workers := fs.Int("goroutines", 4, "goroutines calling Next")
 	duration := fs.Duration("duration", 10*time.Second, "how long to take IDs")
 	maxIDs := fs.Int("max-ids", 20_000_000, "stop after this many IDs (they are all kept for the check)")
+	ca := fs.String("ca", "", "PEM CA bundle for https:// instances (default: the system's)")
+	cert := fs.String("cert", "", "PEM client certificate, for instances that ask for one (with --key)")
+	key := fs.String("key", "", "PEM key of --cert")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if len(urls) == 0 {
 		return errors.New("give at least one --url")
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	c, err := client.New(ctx, client.Config{URLs: urls, Tags: []string{*tag}, Logger: logger})
+	// The token comes from the environment only, so that it is not in the
+	// process list.
+	cfg := client.Config{URLs: urls, Tags: []string{*tag}, Token: os.Getenv("IDMINT_TOKEN")}
+	if *ca != "" || *cert != "" {
+		tlsConfig, err := client.LoadTLS(*ca, *cert, *key)
+		if err != nil {
+			return err
+		}
+		cfg.TLS = tlsConfig
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	c, err := client.New(ctx, cfg)
 	if err != nil {
 		return err
 	}

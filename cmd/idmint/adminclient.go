@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/httpapi"
@@ -25,7 +24,7 @@ type adminClient struct {
 
 var _ allocator.Admin = (*adminClient)(nil)
 
-func newAdminClient(server, token string) (*adminClient, error) {
+func newAdminClient(server, token string, hc *http.Client) (*adminClient, error) {
 	u, err := url.Parse(server)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("--server %q: want http(s)://host:port", truncateArg(server))
@@ -33,7 +32,7 @@ func newAdminClient(server, token string) (*adminClient, error) {
 	if token == "" {
 		return nil, fmt.Errorf("--server needs --token (IDMINT_TOKEN): a token with the admin scope")
 	}
-	return &adminClient{base: strings.TrimRight(server, "/"), token: token, client: &http.Client{Timeout: 30 * time.Second}}, nil
+	return &adminClient{base: strings.TrimRight(server, "/"), token: token, client: hc}, nil
 }
 
 // call sends one request and decodes a TagJSON (or a list) into out. An

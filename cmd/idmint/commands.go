@@ -50,8 +50,9 @@ type group struct {
 var groups = []group{
 	{"tag", `Every tag command works on the database (--database-url, --data-dir), or on
 a running instance's admin API with --server URL --token T (IDMINT_SERVER,
-IDMINT_TOKEN; a token with the admin scope). It says on stderr which one it
-used.`},
+IDMINT_TOKEN; a token with the admin scope), over https:// with --ca, and
+--cert and --key for a server that asks for client certificates. It says on
+stderr which one it used.`},
 	{"token", `Scopes: admin (the /v1 admin API), monitor (/metrics, /id/health and
 /id/dashboard under --protect-monitoring), ids (IDs of every tag), ids:TAG
 (IDs of one tag), ids:PREFIX* (IDs of the tags starting with PREFIX). The

@@ -50,6 +50,8 @@ func drillFlags(fs *flag.FlagSet) runFunc {
 	timeout := fs.Duration("request-timeout", 10*time.Second, "bound on one request")
 	snowflakeIDs := fs.Bool("snowflake", false, "ask for Snowflake ids (/snowflake, or /snowflakes with --count) instead of a tag's")
 	token := fs.String("token", "", "bearer token with an ID scope, for instances serving with --auth token")
+	var tlsFlags tlsClientFlags
+	tlsFlags.register(fs)
 	return func(ctx context.Context, out output, _ []string) error {
 		stdout := out.stdout
 		if len(tags) == 0 {
@@ -76,9 +78,12 @@ func drillFlags(fs *flag.FlagSet) runFunc {
 
 		ctx, cancel := context.WithTimeout(ctx, *duration)
 		defer cancel()
-		client := &http.Client{Timeout: *timeout}
+		client, err := tlsFlags.httpClient(*timeout)
+		if err != nil {
+			return err
+		}
 		if *token != "" {
-			client.Transport = bearer{token: *token, next: http.DefaultTransport}
+			client.Transport = bearer{token: *token, next: client.Transport}
 		}
 		d := newDrillRun(client, *count)
 		fmt.Fprintf(stdout, "drill: %d clients against %d targets, biz_tag %s, for %v\n", *concurrency, len(targets), tags.String(), *duration)

@@ -17,16 +17,25 @@ func healthcheckFlags(fs *flag.FlagSet) runFunc {
 	url := fs.String("healthcheck-url", "", "health endpoint to check (default: /id/health at --listen, on loopback)")
 	timeout := fs.Duration("healthcheck-timeout", 3*time.Second, "longest the check may take")
 	token := fs.String("token", "", "bearer token, when serve runs with --protect-monitoring")
+	var tlsFlags tlsClientFlags
+	tlsFlags.register(fs)
+	tlsFlags.registerPin(fs)
 	return func(ctx context.Context, out output, _ []string) error {
-		return healthcheck(ctx, out.stdout, *listen, *url, *timeout, *token)
+		hc, err := tlsFlags.httpClient(0)
+		if err != nil {
+			return fmt.Errorf("healthcheck: %w", err)
+		}
+		return healthcheck(ctx, out.stdout, hc, *listen, *url, *timeout, *token, tlsFlags.set())
 	}
 }
 
-func healthcheck(ctx context.Context, stdout io.Writer, listen, url string, timeout time.Duration, token string) error {
+// healthcheck asks target (default: /id/health at listen, over https when
+// useTLS) once.
+func healthcheck(ctx context.Context, stdout io.Writer, hc *http.Client, listen, url string, timeout time.Duration, token string, useTLS bool) error {
 	target := url
 	if target == "" {
 		var err error
-		if target, err = healthURL(listen); err != nil {
+		if target, err = healthURL(listen, useTLS); err != nil {
 			return err
 		}
 	}
@@ -39,7 +48,7 @@ func healthcheck(ctx context.Context, stdout io.Writer, listen, url string, time
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("healthcheck: %w", err)
 	}
@@ -53,8 +62,9 @@ func healthcheck(ctx context.Context, stdout io.Writer, listen, url string, time
 }
 
 // healthURL is /id/health of an instance listening on listen: its port on
-// loopback when it listens on every interface, else its host.
-func healthURL(listen string) (string, error) {
+// loopback when it listens on every interface, else its host; https when
+// useTLS.
+func healthURL(listen string, useTLS bool) (string, error) {
 	host, port, err := net.SplitHostPort(listen)
 	if err != nil {
 		return "", fmt.Errorf("healthcheck: --listen %q: %w", listen, err)
@@ -63,5 +73,9 @@ func healthURL(listen string) (string, error) {
 	case "", "0.0.0.0", "::":
 		host = "127.0.0.1"
 	}
-	return "http://" + net.JoinHostPort(host, port) + "/id/health", nil
+	scheme := "http://"
+	if useTLS {
+		scheme = "https://"
+	}
+	return scheme + net.JoinHostPort(host, port) + "/id/health", nil
 }

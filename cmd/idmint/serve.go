@@ -39,6 +39,7 @@ type serveConfig struct {
 	snowflake       snowflakeConfig
 	access          accessConfig
 	replication     allocator.ReplicationConfig
+	tls             tlsServerConfig
 }
 
 // accessConfig holds the flags of access control and limits.
@@ -117,6 +118,7 @@ func serveFlags(fs *flag.FlagSet) runFunc {
 	c.log.register(fs)
 	c.snowflake.register(fs)
 	c.access.register(fs)
+	c.tls.register(fs)
 	return func(ctx context.Context, out output, _ []string) error {
 		if c.maxCount < 1 || c.maxCount > allocator.MaxN {
 			return fmt.Errorf("--max-count %d: want 1 to %d", c.maxCount, allocator.MaxN)
@@ -125,6 +127,9 @@ func serveFlags(fs *flag.FlagSet) runFunc {
 			return fmt.Errorf("--prune-after %v: want 0 (keep every row) or at least %v: a lost reply is settled by looking its request up in the segment log", c.pruneAfter, minPruneAfter)
 		}
 		if err := c.access.validate(); err != nil {
+			return err
+		}
+		if err := c.tls.validate(); err != nil {
 			return err
 		}
 		var err error
@@ -158,6 +163,11 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) 
 		logger.Info("idmint stopped")
 	}()
 
+	// A bad key pair is said before anything is opened.
+	tlsConfig, err := c.tls.serverTLS(logger)
+	if err != nil {
+		return err
+	}
 	// Listen first: a port in use is said before migrations run or a
 	// worker ID is leased.
 	ln, err := net.Listen("tcp", c.listen)
@@ -233,9 +243,12 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) 
 		Auth:           auth,
 		Limits:         limits,
 		Admin:          store.admin,
+		TLS:            c.tls.health(),
 	})
 	srv := api.HTTPServer()
 	srv.ErrorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
+	srv.Protocols = serverProtocols()
+	srv.TLSConfig = tlsConfig
 	if c.cpuProfile != "" {
 		stop, err := startCPUProfile(c.cpuProfile)
 		if err != nil {
@@ -254,9 +267,17 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) 
 	}
 
 	logger.Info("idmint serving", "listen", ln.Addr().String(), "instance", c.instance, "version", version(),
-		"auth", auth.IDs, "protect_monitoring", auth.ProtectMonitoring)
+		"auth", auth.IDs, "protect_monitoring", auth.ProtectMonitoring,
+		"tls", c.tls.health().Enabled, "client_certificates", c.tls.health().ClientCertificates)
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	go func() {
+		if tlsConfig != nil {
+			// The certificate comes from TLSConfig.GetCertificate.
+			serveErr <- srv.ServeTLS(ln, "", "")
+			return
+		}
+		serveErr <- srv.Serve(ln)
+	}()
 	select {
 	case err = <-serveErr:
 		return fmt.Errorf("http server: %w", err)

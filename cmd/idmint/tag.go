@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 	"text/tabwriter"
+	"time"
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/segment"
@@ -18,19 +19,25 @@ import (
 type adminTarget struct {
 	store         storeConfig
 	server, token string
+	tls           tlsClientFlags
 }
 
 func (a *adminTarget) register(fs *flag.FlagSet) {
 	a.store.register(fs)
 	fs.StringVar(&a.server, "server", "", "base URL of a running instance whose admin API to use instead of the database")
 	fs.StringVar(&a.token, "token", "", "bearer token with the admin scope, for --server")
+	a.tls.register(fs)
 }
 
 // open returns the admin interface chosen and a func that closes it, and
 // says on stderr which it is.
 func (a *adminTarget) open(ctx context.Context, stderr io.Writer) (allocator.Admin, func(), error) {
 	if a.server != "" {
-		c, err := newAdminClient(a.server, a.token)
+		hc, err := a.tls.httpClient(30 * time.Second)
+		if err != nil {
+			return nil, nil, err
+		}
+		c, err := newAdminClient(a.server, a.token, hc)
 		if err != nil {
 			return nil, nil, err
 		}
