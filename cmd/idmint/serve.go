@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/http"
 	"os"
 	"runtime/pprof"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/httpapi"
+	"github.com/idmint/idmint/rpcapi"
 	"github.com/idmint/idmint/segment"
 )
 
@@ -233,9 +235,16 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) 
 		Auth:           auth,
 		Limits:         limits,
 		Admin:          store.admin,
+		RPC:            rpcapi.New(),
 	})
 	srv := api.HTTPServer()
 	srv.ErrorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
+	// gRPC needs HTTP/2: over TLS it is negotiated, on a plain port it is
+	// h2c (prior knowledge), beside HTTP/1.1.
+	srv.Protocols = new(http.Protocols)
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetHTTP2(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
 	if c.cpuProfile != "" {
 		stop, err := startCPUProfile(c.cpuProfile)
 		if err != nil {
