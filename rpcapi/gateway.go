@@ -13,6 +13,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -120,7 +121,7 @@ func (g *gateway) call(ctx context.Context, c caller, method, target string, bod
 	}
 	defer rep.release()
 	if rep.status >= 300 {
-		return replyError(rep)
+		return replyError(ctx, rep)
 	}
 	if decode == nil {
 		return nil
@@ -134,8 +135,9 @@ func (g *gateway) call(ctx context.Context, c caller, method, target string, bod
 // replyError turns an HTTP error reply (httpapi's JSON error, written from
 // its one error table) into a gRPC status: the code of its HTTP status and
 // idmint code (codeOf), the same message, google.rpc.ErrorInfo with the
-// idmint code, and google.rpc.RetryInfo when the reply has Retry-After.
-func replyError(rep *reply) *connect.Error {
+// idmint code and the request ID (the one in the server's log lines), and
+// google.rpc.RetryInfo when the reply has Retry-After.
+func replyError(ctx context.Context, rep *reply) *connect.Error {
 	var body struct {
 		Error struct {
 			Code    string `json:"code"`
@@ -148,7 +150,8 @@ func replyError(rep *reply) *connect.Error {
 		body.Error.Code, body.Error.Message = httpapi.CodeInternal, http.StatusText(rep.status)
 	}
 	e := connect.NewError(codeOf(rep.status, body.Error.Code), errors.New(body.Error.Message))
-	if d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: body.Error.Code, Domain: ErrorDomain}); err == nil {
+	if d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: body.Error.Code, Domain: ErrorDomain,
+		Metadata: map[string]string{"request_id": middleware.GetReqID(ctx)}}); err == nil {
 		e.AddDetail(d)
 	}
 	if secs, err := strconv.Atoi(rep.header.Get("Retry-After")); err == nil && secs > 0 {

@@ -45,7 +45,7 @@ func (h *health) Check(ctx context.Context, req *grpchealth.CheckRequest) (*grpc
 	}
 	defer rep.release()
 	if rep.status != http.StatusOK && rep.status != http.StatusServiceUnavailable {
-		return nil, replyError(rep)
+		return nil, replyError(ctx, rep)
 	}
 	serving := rep.status == http.StatusOK
 	if req.Service == idmintv1connect.SnowflakeServiceName {

@@ -189,7 +189,7 @@ type CreateTagRequest struct {
 	BizTag  string                 `protobuf:"bytes,1,opt,name=biz_tag,json=bizTag,proto3" json:"biz_tag,omitempty"`
 	Step    int64                  `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
 	MaxStep int64                  `protobuf:"varint,3,opt,name=max_step,json=maxStep,proto3" json:"max_step,omitempty"`
-	// The first ID handed out is start+1.
+	// The first ID to hand out (0: 1); at most 2^63-step.
 	Start         int64  `protobuf:"varint,4,opt,name=start,proto3" json:"start,omitempty"`
 	Description   string `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
 	unknownFields protoimpl.UnknownFields
