@@ -54,7 +54,8 @@ bench:
 
 # bench-http measures GET /id of `idmint serve` side by side with a bare
 # net/http handler and a nextval()-per-request handler on real PostgreSQL
-# (cmd/idmint-bench), e.g. make bench-http BENCH_ARGS='-rounds 5 -cpu-profile /tmp/idmint.pprof'
+# (cmd/idmint-bench), and unary gRPC NextID over h2c beside a bare grpc-go
+# server (a Go load generator, in the same rounds), e.g. make bench-http BENCH_ARGS='-rounds 5 -cpu-profile /tmp/idmint.pprof'
 bench-http:
 	@mkdir -p bin
 	$(GO) build -o $(BIN) ./cmd/idmint
