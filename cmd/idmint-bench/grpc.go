@@ -133,7 +133,7 @@ func (l grpcLoad) run(ctx context.Context, addr, tag string, d time.Duration) (r
 	r := result{requests: requests.Load(), duration: time.Since(start), non2xx: failed.Load()}
 	slices.Sort(samples)
 	if n := len(samples); n > 0 {
-		r.p50, r.p99 = samples[n/2], samples[min(n-1, n*99/100)]
+		r.p50, r.p99 = samples[n/2].Round(time.Microsecond), samples[min(n-1, n*99/100)].Round(time.Microsecond)
 	}
 	return r, nil
 }
