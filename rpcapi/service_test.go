@@ -10,10 +10,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
 	"github.com/google/uuid"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
@@ -31,7 +33,8 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 type fixture struct {
 	url              string
 	alloc            *allocator.Allocator
-	admin, ids, none string // tokens: admin scope, ids:order, monitor only
+	down             *atomic.Bool // makes the database check fail: /id/health 503
+	admin, ids, none string       // tokens: admin scope, ids:order, monitor only
 }
 
 func newFixture(tb testing.TB, mode httpapi.AuthMode) *fixture {
@@ -57,11 +60,25 @@ func newFixture(tb testing.TB, mode httpapi.AuthMode) *fixture {
 	}
 	f.alloc = allocator.New(allocator.Config{Store: m, Logger: quiet(), Instance: "test"})
 	tb.Cleanup(func() { f.alloc.Close(context.Background()) })
-	srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: f.alloc, Logger: quiet(), Admin: m,
+	f.down = new(atomic.Bool)
+	srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: pingable{f.alloc, f.down}, Logger: quiet(), Admin: m,
 		Auth: httpapi.AuthConfig{Tokens: m, IDs: mode}, RPC: rpcapi.New()}))
 	tb.Cleanup(srv.Close)
 	f.url = srv.URL
 	return f
+}
+
+// pingable is an allocator whose database check fails while down is set.
+type pingable struct {
+	*allocator.Allocator
+	down *atomic.Bool
+}
+
+func (p pingable) Ping(ctx context.Context) error {
+	if p.down.Load() {
+		return errors.New("dial tcp: connection refused")
+	}
+	return p.Allocator.Ping(ctx)
 }
 
 // bearer returns the options that send token.
@@ -271,5 +288,28 @@ func TestService_NotServed(t *testing.T) {
 		NextSnowflake(context.Background(), connect.NewRequest(&idmintv1.NextSnowflakeRequest{}))
 	if connect.CodeOf(err) != connect.CodeUnimplemented {
 		t.Fatalf("NextSnowflake without Snowflake: %v, want Unimplemented", err)
+	}
+}
+
+// TestService_Health: grpc.health.v1 follows /id/health: SERVING for ""
+// and the idmint services served, NotFound for others, NOT_SERVING once
+// /id/health answers 503 (here: the database check failing).
+func TestService_Health(t *testing.T) {
+	f := newFixture(t, httpapi.AuthOpen)
+	ctx := context.Background()
+	hc := grpchealth.NewClient(http.DefaultClient, f.url, connect.WithGRPC())
+	for _, svc := range []string{"", idmintv1connect.IDServiceName, idmintv1connect.AdminServiceName} {
+		resp, err := hc.Check(ctx, &grpchealth.CheckRequest{Service: svc})
+		if err != nil || resp.Status != grpchealth.StatusServing {
+			t.Fatalf("Check(%q) = %v, %v; want SERVING", svc, resp, err)
+		}
+	}
+	if _, err := hc.Check(ctx, &grpchealth.CheckRequest{Service: idmintv1connect.SnowflakeServiceName}); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("Check(Snowflake, not served): %v, want NotFound", err)
+	}
+	f.down.Store(true)
+	resp, err := hc.Check(ctx, &grpchealth.CheckRequest{})
+	if err != nil || resp.Status != grpchealth.StatusNotServing {
+		t.Fatalf("Check after close = %v, %v; want NOT_SERVING", resp, err)
 	}
 }
