@@ -109,6 +109,23 @@ func TestServe_GRPC(t *testing.T) {
 		}
 	})
 
+	t.Run("snowflake", func(t *testing.T) {
+		c := idmintv1connect.NewSnowflakeServiceClient(http.DefaultClient, "http://"+procs[2].addr, connect.WithGRPC())
+		got, err := c.NextSnowflakes(ctx, connect.NewRequest(&idmintv1.NextSnowflakesRequest{Count: 3}))
+		if err != nil || len(got.Msg.GetIds()) != 3 {
+			t.Fatalf("NextSnowflakes: %v, %v; want 3 ids", got, err)
+		}
+		id := got.Msg.GetIds()[2]
+		parsed, err := c.ParseSnowflake(ctx, connect.NewRequest(&idmintv1.ParseSnowflakeRequest{Id: id}))
+		if err != nil || parsed.Msg.GetId() != id || parsed.Msg.GetTime().AsTime().Before(time.Now().Add(-time.Minute)) ||
+			parsed.Msg.GetLayout() == "" {
+			t.Fatalf("ParseSnowflake(%d): %v, %v; want its parts, a time of the last minute", id, parsed, err)
+		}
+		if _, err := c.ParseSnowflake(ctx, connect.NewRequest(&idmintv1.ParseSnowflakeRequest{Id: -1})); connect.CodeOf(err) != connect.CodeInvalidArgument {
+			t.Fatalf("ParseSnowflake(-1): %v, want InvalidArgument", err)
+		}
+	})
+
 	t.Run("grpcurl", func(t *testing.T) {
 		grpcurl := func(args ...string) string {
 			t.Helper()
