@@ -8,7 +8,7 @@ GO    ?= go
 IMAGE ?= idmint:dev
 BIN   ?= bin/idmint
 
-.PHONY: run test bench bench-http lint build image drill drill-ha drill-failover fuzz mutate
+.PHONY: run test bench bench-http lint generate proto-baseline build image drill drill-ha drill-failover fuzz mutate
 
 run:
 	$(GO) run ./cmd/idmint serve
@@ -54,7 +54,8 @@ bench:
 
 # bench-http measures GET /id of `idmint serve` side by side with a bare
 # net/http handler and a nextval()-per-request handler on real PostgreSQL
-# (cmd/idmint-bench), e.g. make bench-http BENCH_ARGS='-rounds 5 -cpu-profile /tmp/idmint.pprof'
+# (cmd/idmint-bench), and unary gRPC NextID over h2c beside a bare grpc-go
+# server (a Go load generator, in the same rounds), e.g. make bench-http BENCH_ARGS='-rounds 5 -cpu-profile /tmp/idmint.pprof'
 bench-http:
 	@mkdir -p bin
 	$(GO) build -o $(BIN) ./cmd/idmint
@@ -64,11 +65,33 @@ bench-http:
 # lint runs gofmt, vet and staticcheck. staticcheck is pinned in go.mod (its
 # tool directive), so `go tool` builds the same version offline from the
 # module cache; move it with go get -tool honnef.co/go/tools/cmd/staticcheck@VERSION.
+#
+# It also checks the protobuf schema (proto/, buf.yaml): buf lint; buf
+# breaking against PROTO_BASELINE, the committed image of the schema as
+# released (a file, so that it works offline on a fresh or shallow clone);
+# and that rpcapi/gen is what buf generate makes of proto/ now.
+PROTO_BASELINE ?= proto/idmint-v1.baseline.binpb
 lint:
 	@unformatted=$$(gofmt -l .); \
 	if [ -n "$$unformatted" ]; then echo "gofmt -l: these files need gofmt -w:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
+	$(GO) tool buf lint
+	$(GO) tool buf breaking --against $(PROTO_BASELINE)
+	@set -e; out=$$(mktemp -d); trap 'rm -rf "$$out"' EXIT; \
+	$(GO) tool buf generate -o "$$out"; \
+	if ! diff -r rpcapi/gen "$$out/rpcapi/gen"; then echo "rpcapi/gen is stale: run make generate and commit it"; exit 1; fi
+
+# generate writes rpcapi/gen from proto/ (buf.gen.yaml: the plugins pinned in
+# go.mod, run with go tool).
+generate:
+	$(GO) tool buf generate
+
+# proto-baseline records the schema as released, for buf breaking: run it
+# when a release's schema is final (a breaking change needs a new package,
+# idmint.v2, not a new baseline).
+proto-baseline:
+	$(GO) tool buf build --exclude-source-info -o $(PROTO_BASELINE)
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/idmint

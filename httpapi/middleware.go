@@ -192,6 +192,15 @@ func (w *recorder) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// Flush implements http.Flusher, which streaming RPCs (gRPC reflection)
+// need to send each message as it is written.
+func (w *recorder) Flush() {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	http.NewResponseController(w.ResponseWriter).Flush()
+}
+
 // Unwrap lets http.ResponseController reach the connection's writer.
 func (w *recorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 

@@ -66,6 +66,16 @@ type Config struct {
 	// TLS is what /id/health says of the listener; the listener itself is
 	// the caller's (idmint serve --tls-cert).
 	TLS TLSHealth
+	// RPC, when set, adds routes of another protocol to the router, after
+	// idmint's own: rpcapi.Service serves gRPC, gRPC-Web and Connect on
+	// them. Its routes get what every route gets (request ID, bounded
+	// wait, recovery, metrics by route).
+	RPC Mounter
+}
+
+// Mounter adds routes to the router of s; rpcapi.Service is one.
+type Mounter interface {
+	Mount(s *Server, r chi.Router)
 }
 
 // Server is the HTTP API. It is an http.Handler.
@@ -148,6 +158,9 @@ func NewServer(cfg Config) *Server {
 		// scope checked against the body's tag (AuthorizeTag); the ID
 		// limits charged by the handlers, by the IDs granted.
 		r.Mount("/v1/segments", s.idAccess(s.segmentsRouter(g), false))
+	}
+	if cfg.RPC != nil {
+		cfg.RPC.Mount(s, r)
 	}
 	s.router = r
 	return s

@@ -74,6 +74,8 @@ func runReference(ctx context.Context, kind string, args []string, stderr io.Wri
 	}
 	var h http.Handler
 	switch kind {
+	case "serve-bare-grpc":
+		return runBareGRPC(ctx, *listen)
 	case "serve-bare":
 		h = bareHandler()
 	case "serve-nextval":

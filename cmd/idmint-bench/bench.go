@@ -145,6 +145,15 @@ func (b *bench) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	bareGRPCAddr, err := b.startBareGRPC(ctx)
+	if err != nil {
+		return err
+	}
+	grpcTargets := []struct{ name, addr string }{
+		{"grpc-bare", bareGRPCAddr},
+		{"grpc-idmint", strings.TrimPrefix(idm.url, "http://")},
+	}
+	gload := grpcLoad{conns: b.cfg.threads, workers: b.cfg.conns, duration: b.cfg.duration}
 
 	targets := []struct{ name, url string }{
 		{"bare", bare + "/id?biz_tag=bench"},
@@ -164,6 +173,11 @@ func (b *bench) run(ctx context.Context) error {
 	}
 	if _, err := b.load.run(ctx, rangesURL, 2*time.Second); err != nil {
 		return err
+	}
+	for _, t := range grpcTargets {
+		if _, err := gload.run(ctx, t.addr, "bench", 2*time.Second); err != nil {
+			return err
+		}
 	}
 
 	res := map[string]series{}
@@ -193,6 +207,17 @@ func (b *bench) run(ctx context.Context) error {
 			}
 			res[x.name] = append(res[x.name], r)
 			b.logf("round %d %-8s %9.0f IDs/s p99 %v non-2xx %d", round+1, x.name, 1000*r.rate(), r.p99, r.non2xx)
+		}
+		// After the HTTP runs, so that their figures are measured as
+		// before; the two gRPC servers alternate too.
+		for i := range grpcTargets {
+			t := grpcTargets[(i+round)%len(grpcTargets)]
+			r, err := gload.run(ctx, t.addr, "bench", 0)
+			if err != nil {
+				return err
+			}
+			res[t.name] = append(res[t.name], r)
+			b.logf("round %d %-11s %9.0f req/s p50 %v p99 %v failed %d", round+1, t.name, r.rate(), r.p50, r.p99, r.non2xx)
 		}
 	}
 	b.report(res)
@@ -244,6 +269,37 @@ func (b *bench) report(res map[string]series) {
 	rg, ls := res["ranges"].median(), res["list"].median()
 	b.printf("GET /ids count=1000: format=ranges %.1f M IDs/s (target ≥ 20), list %.1f M IDs/s; non-2xx %d\n",
 		rg.rate()*1000/1e6, ls.rate()*1000/1e6, rg.non2xx+ls.non2xx)
+
+	gb, gi := res["grpc-bare"].median(), res["grpc-idmint"].median()
+	b.printf("\nunary gRPC NextID, h2c   req/s      p50       p99    failed\n")
+	for _, row := range []struct {
+		name string
+		m    result
+	}{{"bare grpc-go", gb}, {"idmint serve", gi}} {
+		b.printf("%-22s %8.0f %8v %9v %9d\n", row.name, row.m.rate(), row.m.p50, row.m.p99, row.m.non2xx)
+	}
+	gtr, gpr := pairedRatios(res["grpc-idmint"], res["grpc-bare"])
+	b.printf("idmint gRPC / bare grpc-go: throughput %.2f×, p99 %.2f× (median of per-round ratios: %.2f×, %.2f×)\n",
+		ratio(gi.rate(), gb.rate()), ratio(float64(gi.p99), float64(gb.p99)), gtr, gpr)
+	b.printf("idmint gRPC / idmint GET /id: throughput %.2f×, p99 %.2f×\n",
+		ratio(gi.rate(), idm.rate()), ratio(float64(gi.p99), float64(idm.p99)))
+}
+
+// startBareGRPC starts the bare grpc-go server (this binary, re-executed)
+// and returns its address.
+func (b *bench) startBareGRPC(ctx context.Context) (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return "", err
+	}
+	if _, err := b.start(ctx, "serve-bare-grpc", self, "serve-bare-grpc", "--listen", addr); err != nil {
+		return "", err
+	}
+	return addr, waitGRPC(ctx, addr)
 }
 
 // roundTrips prints, per tag, the segment loads per million IDs issued: each

@@ -3,7 +3,10 @@
 //
 //   - bare: net/http returning an atomic counter as JSON (the ceiling);
 //   - idmint: `idmint serve` with its default configuration;
-//   - nextval: net/http calling PostgreSQL nextval() once per ID.
+//   - nextval: net/http calling PostgreSQL nextval() once per ID;
+//   - and for unary gRPC NextID over h2c, idmint against a bare grpc-go
+//     server returning an atomic counter, driven by a small Go load
+//     generator (grpc.go).
 //
 // wrk drives each in alternating rounds; the command prints the median
 // rate and latency of each, idmint's ratios to the bare server, database
@@ -42,7 +45,7 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 {
 		switch args[0] {
-		case "serve-bare", "serve-nextval":
+		case "serve-bare", "serve-nextval", "serve-bare-grpc":
 			return runReference(ctx, args[0], args[1:], stderr)
 		}
 	}

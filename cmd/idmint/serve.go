@@ -16,6 +16,7 @@ import (
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/httpapi"
+	"github.com/idmint/idmint/rpcapi"
 	"github.com/idmint/idmint/segment"
 )
 
@@ -244,6 +245,7 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) 
 		Limits:         limits,
 		Admin:          store.admin,
 		TLS:            c.tls.health(),
+		RPC:            rpcapi.New(),
 	})
 	srv := api.HTTPServer()
 	srv.ErrorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)

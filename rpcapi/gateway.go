@@ -1,0 +1,208 @@
+package rpcapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/idmint/idmint/httpapi"
+)
+
+// ErrorDomain is the domain of the google.rpc.ErrorInfo of every error;
+// its reason is the stable idmint code (httpapi.Code…).
+const ErrorDomain = "idmint"
+
+// gateway runs procedures as HTTP requests through the server's router.
+type gateway struct {
+	router http.Handler
+}
+
+// caller is who makes a call: what of the RPC request the HTTP route sees.
+type caller struct {
+	header http.Header // the call's headers (gRPC metadata)
+	addr   string      // the peer's address, host:port
+}
+
+func callerOf(req connect.AnyRequest) caller {
+	return caller{header: req.Header(), addr: req.Peer().Addr}
+}
+
+// reply is the HTTP reply of a route run in-process. Replies are pooled.
+type reply struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+var replies = sync.Pool{New: func() any { return &reply{header: http.Header{}} }}
+
+// maxPooledBody bounds the buffers kept: a rare large reply is left to the
+// garbage collector.
+const maxPooledBody = 64 << 10
+
+func (r *reply) release() {
+	if r.body.Cap() > maxPooledBody {
+		return
+	}
+	clear(r.header)
+	r.status = 0
+	r.body.Reset()
+	replies.Put(r)
+}
+
+// Header implements http.ResponseWriter.
+func (r *reply) Header() http.Header { return r.header }
+
+// WriteHeader implements http.ResponseWriter.
+func (r *reply) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+}
+
+// Write implements http.ResponseWriter.
+func (r *reply) Write(p []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.body.Write(p)
+}
+
+// do runs method target (path and query) with body (nil: none) as the
+// caller, through the router. The request's context keeps the outer one's
+// values (its request ID, its deadline) with a routing context of its own.
+// The caller releases the reply.
+func (g *gateway) do(ctx context.Context, c caller, method, target string, body []byte) (*reply, error) {
+	ctx = context.WithValue(ctx, chi.RouteCtxKey, chi.NewRouteContext())
+	var rd io.Reader = http.NoBody
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, rd)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInternal, err)
+	}
+	req.RemoteAddr = c.addr
+	if v := c.header.Values("Authorization"); len(v) > 0 {
+		req.Header["Authorization"] = v
+	}
+	req.Header["Accept"] = acceptJSON
+	if body != nil {
+		req.Header["Content-Type"] = acceptJSON
+	}
+	rep := replies.Get().(*reply)
+	g.router.ServeHTTP(rep, req)
+	if rep.status == 0 {
+		rep.status = http.StatusOK
+	}
+	return rep, nil
+}
+
+var acceptJSON = []string{"application/json"}
+
+// call runs the route as do does and decodes a 2xx reply with decode; any
+// other reply is returned as its error (replyError).
+func (g *gateway) call(ctx context.Context, c caller, method, target string, body []byte, decode func([]byte) error) error {
+	rep, err := g.do(ctx, c, method, target, body)
+	if err != nil {
+		return err
+	}
+	defer rep.release()
+	if rep.status >= 300 {
+		return replyError(ctx, rep)
+	}
+	if decode == nil {
+		return nil
+	}
+	if err := decode(rep.body.Bytes()); err != nil {
+		return connect.NewError(connect.CodeInternal, errBadReply)
+	}
+	return nil
+}
+
+// replyError turns an HTTP error reply (httpapi's JSON error, written from
+// its one error table) into a gRPC status: the code of its HTTP status and
+// idmint code (codeOf), the same message, google.rpc.ErrorInfo with the
+// idmint code and the request ID (the one in the server's log lines), and
+// google.rpc.RetryInfo when the reply has Retry-After.
+func replyError(ctx context.Context, rep *reply) *connect.Error {
+	var body struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(rep.body.Bytes(), &body) != nil || body.Error.Code == "" {
+		// Not idmint's JSON error: Go's server itself, e.g. a header too
+		// large.
+		body.Error.Code, body.Error.Message = httpapi.CodeInternal, http.StatusText(rep.status)
+	}
+	e := connect.NewError(codeOf(rep.status, body.Error.Code), errors.New(body.Error.Message))
+	if d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: body.Error.Code, Domain: ErrorDomain,
+		Metadata: map[string]string{"request_id": middleware.GetReqID(ctx)}}); err == nil {
+		e.AddDetail(d)
+	}
+	if secs, err := strconv.Atoi(rep.header.Get("Retry-After")); err == nil && secs > 0 {
+		if d, err := connect.NewErrorDetail(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(secs) * time.Second)}); err == nil {
+			e.AddDetail(d)
+		}
+		e.Meta().Set("Retry-After", strconv.Itoa(secs))
+	}
+	return e
+}
+
+// codeOf is the gRPC code of an HTTP error reply: by its status, as the
+// gRPC mapping of HTTP statuses reads, with the conflicts told apart by
+// idmint code. The statuses and codes are httpapi's error table's.
+func codeOf(status int, code string) connect.Code {
+	switch code {
+	case httpapi.CodeTagExists:
+		return connect.CodeAlreadyExists
+	case httpapi.CodeNotHolder:
+		return connect.CodePermissionDenied
+	case httpapi.CodeNotFound:
+		// No such endpoint, or no such standby: the route said which.
+		return connect.CodeNotFound
+	}
+	switch status {
+	case http.StatusBadRequest:
+		return connect.CodeInvalidArgument
+	case http.StatusUnauthorized:
+		return connect.CodeUnauthenticated
+	case http.StatusForbidden:
+		return connect.CodePermissionDenied
+	case http.StatusNotFound:
+		return connect.CodeNotFound
+	case http.StatusMethodNotAllowed:
+		return connect.CodeUnimplemented
+	case http.StatusConflict:
+		return connect.CodeFailedPrecondition
+	case http.StatusTooManyRequests:
+		return connect.CodeResourceExhausted
+	case http.StatusRequestURITooLong, http.StatusRequestEntityTooLarge, http.StatusRequestHeaderFieldsTooLarge:
+		return connect.CodeResourceExhausted
+	case http.StatusServiceUnavailable:
+		return connect.CodeUnavailable
+	}
+	return connect.CodeInternal
+}
+
+// Errors of the package itself; a route's errors are its own (replyError).
+var (
+	// errBadReply is a route's reply that the gateway cannot read: a bug.
+	errBadReply = errors.New("rpcapi: the route's reply does not decode")
+	// errUnknownService is a health check of a service not served here.
+	errUnknownService = errors.New("rpcapi: no such service here")
+)

@@ -1,0 +1,315 @@
+package rpcapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"github.com/google/uuid"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+
+	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/httpapi"
+	"github.com/idmint/idmint/rpcapi"
+	idmintv1 "github.com/idmint/idmint/rpcapi/gen/idmint/v1"
+	"github.com/idmint/idmint/rpcapi/gen/idmint/v1/idmintv1connect"
+)
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// fixture is one server over a memory store with tag order (step 10,
+// max_step 100), its allocator, and a token of each kind.
+type fixture struct {
+	url              string
+	alloc            *allocator.Allocator
+	down             *atomic.Bool // makes the database check fail: /id/health 503
+	admin, ids, none string       // tokens: admin scope, ids:order, monitor only
+}
+
+func newFixture(tb testing.TB, mode httpapi.AuthMode) *fixture {
+	tb.Helper()
+	ctx := context.Background()
+	m := allocator.NewMemStore()
+	if _, err := m.CreateTag(ctx, allocator.TagSpec{Name: "order", Step: 10, MaxStep: 100}); err != nil {
+		tb.Fatal(err)
+	}
+	f := &fixture{}
+	for _, tk := range []struct {
+		dst   *string
+		scope string
+	}{{&f.admin, "admin"}, {&f.ids, "ids:order"}, {&f.none, "monitor"}} {
+		t, secret, err := allocator.NewToken(tk.scope, []string{tk.scope})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if _, err := m.CreateToken(ctx, t); err != nil {
+			tb.Fatal(err)
+		}
+		*tk.dst = secret
+	}
+	f.alloc = allocator.New(allocator.Config{Store: m, Logger: quiet(), Instance: "test"})
+	tb.Cleanup(func() { f.alloc.Close(context.Background()) })
+	f.down = new(atomic.Bool)
+	srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: pingable{f.alloc, f.down}, Logger: quiet(), Admin: m,
+		Auth: httpapi.AuthConfig{Tokens: m, IDs: mode}, RPC: rpcapi.New()}))
+	tb.Cleanup(srv.Close)
+	f.url = srv.URL
+	return f
+}
+
+// pingable is an allocator whose database check fails while down is set.
+type pingable struct {
+	*allocator.Allocator
+	down *atomic.Bool
+}
+
+func (p pingable) Ping(ctx context.Context) error {
+	if p.down.Load() {
+		return errors.New("dial tcp: connection refused")
+	}
+	return p.Allocator.Ping(ctx)
+}
+
+// bearer returns the options that send token.
+func bearer(token string) connect.ClientOption {
+	return connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			if token != "" {
+				req.Header().Set("Authorization", "Bearer "+token)
+			}
+			return next(ctx, req)
+		}
+	}))
+}
+
+// reason is the idmint code of err's ErrorInfo.
+func reason(err error) string { return errorInfo(err).GetReason() }
+
+// errorInfo is err's ErrorInfo of idmint's domain, nil without one.
+func errorInfo(err error) *errdetails.ErrorInfo {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return nil
+	}
+	for _, d := range ce.Details() {
+		if m, err := d.Value(); err == nil {
+			if info, ok := m.(*errdetails.ErrorInfo); ok && info.GetDomain() == rpcapi.ErrorDomain {
+				return info
+			}
+		}
+	}
+	return nil
+}
+
+// retryDelay is the delay of err's RetryInfo, 0 without one.
+func retryDelay(err error) time.Duration {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return 0
+	}
+	for _, d := range ce.Details() {
+		if m, err := d.Value(); err == nil {
+			if ri, ok := m.(*errdetails.RetryInfo); ok {
+				return ri.GetRetryDelay().AsDuration()
+			}
+		}
+	}
+	return 0
+}
+
+// TestService_Scopes: each procedure asks what its HTTP route asks: the
+// admin procedures an admin token, the ID procedures (in the token mode) a
+// token whose scope covers the tag.
+func TestService_Scopes(t *testing.T) {
+	f := newFixture(t, httpapi.AuthToken)
+	ctx := context.Background()
+	tests := []struct {
+		name   string
+		token  string
+		call   func(connect.ClientOption) error
+		code   connect.Code // 0: success
+		reason string
+	}{
+		{name: "NextID without a token", call: nextID(ctx, f.url, "order"), code: connect.CodeUnauthenticated, reason: httpapi.CodeUnauthorized},
+		{name: "NextID with a monitor token", token: f.none, call: nextID(ctx, f.url, "order"), code: connect.CodePermissionDenied, reason: httpapi.CodeForbidden},
+		{name: "NextID with an admin token", token: f.admin, call: nextID(ctx, f.url, "order"), code: connect.CodePermissionDenied, reason: httpapi.CodeForbidden},
+		{name: "NextID in scope", token: f.ids, call: nextID(ctx, f.url, "order")},
+		{name: "NextID of an unknown tag", token: f.ids, call: nextID(ctx, f.url, "nope"), code: connect.CodePermissionDenied, reason: httpapi.CodeForbidden},
+		{name: "ListTags with an ID token", token: f.ids, call: listTags(ctx, f.url), code: connect.CodePermissionDenied, reason: httpapi.CodeForbidden},
+		{name: "ListTags without a token", call: listTags(ctx, f.url), code: connect.CodeUnauthenticated, reason: httpapi.CodeUnauthorized},
+		{name: "ListTags with an admin token", token: f.admin, call: listTags(ctx, f.url)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.call(bearer(tt.token))
+			if tt.code == 0 {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if connect.CodeOf(err) != tt.code || reason(err) != tt.reason {
+				t.Fatalf("%v (reason %q), want %v with reason %q", err, reason(err), tt.code, tt.reason)
+			}
+		})
+	}
+}
+
+func nextID(ctx context.Context, url, tag string) func(connect.ClientOption) error {
+	return func(o connect.ClientOption) error {
+		_, err := idmintv1connect.NewIDServiceClient(http.DefaultClient, url, o).NextID(ctx, connect.NewRequest(&idmintv1.NextIDRequest{BizTag: tag}))
+		return err
+	}
+}
+
+func listTags(ctx context.Context, url string) func(connect.ClientOption) error {
+	return func(o connect.ClientOption) error {
+		resp, err := idmintv1connect.NewAdminServiceClient(http.DefaultClient, url, o).ListTags(ctx, connect.NewRequest(&idmintv1.ListTagsRequest{}))
+		if err == nil && (len(resp.Msg.GetTags()) != 1 || resp.Msg.GetTags()[0].GetBizTag() != "order") {
+			return errors.New("ListTags: want the tag order")
+		}
+		return err
+	}
+}
+
+// TestService_Segments: a grant is once per request ID across protocols:
+// the retry over Connect and the same request over HTTP/JSON get the same
+// range; another holder key is refused; the tail goes back.
+func TestService_Segments(t *testing.T) {
+	f := newFixture(t, httpapi.AuthOpen)
+	ctx := context.Background()
+	c := idmintv1connect.NewSegmentServiceClient(http.DefaultClient, f.url)
+	id := uuid.Must(uuid.NewV7()).String()
+	key := strings.Repeat("k", 32)
+	grant := &idmintv1.GrantRangeRequest{BizTag: "order", Size: 50, RequestId: id, HolderKey: key}
+	first, err := c.GrantRange(ctx, connect.NewRequest(grant))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := first.Msg; got.GetFirst() != 1 || got.GetLast() != 50 || got.GetRecovered() {
+		t.Fatalf("grant %v, want 1..50, not recovered", got)
+	}
+	again, err := c.GrantRange(ctx, connect.NewRequest(grant))
+	if err != nil || again.Msg.GetFirst() != 1 || again.Msg.GetLast() != 50 || !again.Msg.GetRecovered() {
+		t.Fatalf("retry: %v, %v; want 1..50 recovered", again, err)
+	}
+	body, _ := json.Marshal(map[string]any{"biz_tag": "order", "size": 50, "request_id": id, "holder_key": key})
+	resp, err := http.Post(f.url+"/v1/segments", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var viaHTTP httpapi.SegmentResponse
+	json.NewDecoder(resp.Body).Decode(&viaHTTP)
+	resp.Body.Close()
+	if viaHTTP.First != 1 || viaHTTP.Last != 50 || !viaHTTP.Recovered {
+		t.Fatalf("the same request over HTTP: %+v, want 1..50 recovered", viaHTTP)
+	}
+	other := &idmintv1.GrantRangeRequest{BizTag: "order", Size: 50, RequestId: id, HolderKey: strings.Repeat("x", 32)}
+	if _, err := c.GrantRange(ctx, connect.NewRequest(other)); connect.CodeOf(err) != connect.CodePermissionDenied || reason(err) != httpapi.CodeNotHolder {
+		t.Fatalf("another holder key: %v, want PermissionDenied not_holder", err)
+	}
+	gb, err := c.GiveBack(ctx, connect.NewRequest(&idmintv1.GiveBackRequest{BizTag: "order", RequestId: id, HolderKey: key, First: 41, Last: 50}))
+	if err != nil || !gb.Msg.GetGivenBack() {
+		t.Fatalf("give-back: %v, %v; want given back", gb, err)
+	}
+	kept, err := c.GrantRange(ctx, connect.NewRequest(grant))
+	if err != nil || kept.Msg.GetFirst() != 1 || kept.Msg.GetLast() != 40 {
+		t.Fatalf("retry after the give-back: %v, %v; want 1..40", kept, err)
+	}
+	if _, err := c.GrantRange(ctx, connect.NewRequest(&idmintv1.GrantRangeRequest{BizTag: "order", RequestId: "nope", HolderKey: key})); connect.CodeOf(err) != connect.CodeInvalidArgument ||
+		reason(err) != httpapi.CodeInvalidRequestID {
+		t.Fatalf("a bad request ID: %v, want InvalidArgument invalid_request_id", err)
+	}
+}
+
+// TestService_Unavailable: a 503 with Retry-After is Unavailable with
+// RetryInfo; the ErrorInfo names the request ID the caller sent.
+func TestService_Unavailable(t *testing.T) {
+	f := newFixture(t, httpapi.AuthOpen)
+	f.alloc.Close(context.Background())
+	req := connect.NewRequest(&idmintv1.NextIDRequest{BizTag: "order"})
+	req.Header().Set("X-Request-Id", "req-42")
+	_, err := idmintv1connect.NewIDServiceClient(http.DefaultClient, f.url).NextID(context.Background(), req)
+	if connect.CodeOf(err) != connect.CodeUnavailable || reason(err) != httpapi.CodeShuttingDown || retryDelay(err) != time.Second {
+		t.Fatalf("%v (reason %q, retry %v), want Unavailable shutting_down with RetryInfo 1s", err, reason(err), retryDelay(err))
+	}
+	if got := errorInfo(err).GetMetadata()["request_id"]; got != "req-42" {
+		t.Fatalf("ErrorInfo request_id %q, want the caller's req-42", got)
+	}
+}
+
+// TestService_Admin: the tag calls over Connect, as /v1/tags does them.
+func TestService_Admin(t *testing.T) {
+	f := newFixture(t, httpapi.AuthOpen)
+	ctx := context.Background()
+	c := idmintv1connect.NewAdminServiceClient(http.DefaultClient, f.url, bearer(f.admin))
+	created, err := c.CreateTag(ctx, connect.NewRequest(&idmintv1.CreateTagRequest{BizTag: "user", Step: 20, Start: 100, Description: "users"}))
+	if err != nil || created.Msg.GetTag().GetMaxId() != 99 || created.Msg.GetTag().GetStep() != 20 {
+		t.Fatalf("CreateTag: %v, %v", created, err)
+	}
+	if _, err := c.CreateTag(ctx, connect.NewRequest(&idmintv1.CreateTagRequest{BizTag: "user", Step: 20})); connect.CodeOf(err) != connect.CodeAlreadyExists {
+		t.Fatalf("CreateTag again: %v, want AlreadyExists", err)
+	}
+	step := int64(30)
+	updated, err := c.UpdateTag(ctx, connect.NewRequest(&idmintv1.UpdateTagRequest{BizTag: "user", Step: &step}))
+	if err != nil || updated.Msg.GetTag().GetStep() != 30 || updated.Msg.GetTag().GetDescription() != "users" {
+		t.Fatalf("UpdateTag: %v, %v; want step 30, the description kept", updated, err)
+	}
+	bumped, err := c.BumpTag(ctx, connect.NewRequest(&idmintv1.BumpTagRequest{BizTag: "user", To: 1000}))
+	if err != nil || bumped.Msg.GetTag().GetMaxId() != 1000 {
+		t.Fatalf("BumpTag: %v, %v", bumped, err)
+	}
+	got, err := c.GetTag(ctx, connect.NewRequest(&idmintv1.GetTagRequest{BizTag: "user"}))
+	if err != nil || got.Msg.GetTag().GetMaxId() != 1000 {
+		t.Fatalf("GetTag: %v, %v", got, err)
+	}
+	if _, err := c.GetTag(ctx, connect.NewRequest(&idmintv1.GetTagRequest{BizTag: "nope"})); connect.CodeOf(err) != connect.CodeNotFound || reason(err) != httpapi.CodeUnknownTag {
+		t.Fatalf("GetTag(nope): %v, want NotFound unknown_tag", err)
+	}
+}
+
+// TestService_NotServed: a procedure whose route the server leaves out
+// (Snowflake without a node, the standbys without replication) is
+// Unimplemented, and reflection does not list its service.
+func TestService_NotServed(t *testing.T) {
+	f := newFixture(t, httpapi.AuthOpen)
+	_, err := idmintv1connect.NewSnowflakeServiceClient(http.DefaultClient, f.url).
+		NextSnowflake(context.Background(), connect.NewRequest(&idmintv1.NextSnowflakeRequest{}))
+	if connect.CodeOf(err) != connect.CodeUnimplemented {
+		t.Fatalf("NextSnowflake without Snowflake: %v, want Unimplemented", err)
+	}
+}
+
+// TestService_Health: grpc.health.v1 follows /id/health: SERVING for ""
+// and the idmint services served, NotFound for others, NOT_SERVING once
+// /id/health answers 503 (here: the database check failing).
+func TestService_Health(t *testing.T) {
+	f := newFixture(t, httpapi.AuthOpen)
+	ctx := context.Background()
+	hc := grpchealth.NewClient(http.DefaultClient, f.url, connect.WithGRPC())
+	for _, svc := range []string{"", idmintv1connect.IDServiceName, idmintv1connect.AdminServiceName} {
+		resp, err := hc.Check(ctx, &grpchealth.CheckRequest{Service: svc})
+		if err != nil || resp.Status != grpchealth.StatusServing {
+			t.Fatalf("Check(%q) = %v, %v; want SERVING", svc, resp, err)
+		}
+	}
+	if _, err := hc.Check(ctx, &grpchealth.CheckRequest{Service: idmintv1connect.SnowflakeServiceName}); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("Check(Snowflake, not served): %v, want NotFound", err)
+	}
+	f.down.Store(true)
+	resp, err := hc.Check(ctx, &grpchealth.CheckRequest{})
+	if err != nil || resp.Status != grpchealth.StatusNotServing {
+		t.Fatalf("Check after close = %v, %v; want NOT_SERVING", resp, err)
+	}
+}
