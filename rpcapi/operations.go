@@ -42,4 +42,7 @@ var notOperations = map[string]string{
 	"GET /id/dashboard": "a web page",
 	"GET /metrics":      "Prometheus",
 	"GET /openapi.yaml": "the OpenAPI document; reflection describes the RPCs",
+	"GET /id/login":     "the dashboard's login form, for browsers",
+	"POST /id/login":    "the dashboard's login, for browsers",
+	"POST /id/logout":   "the dashboard's logout, for browsers",
 }

@@ -250,9 +250,14 @@ func (h admin) ListTags(ctx context.Context, req *connect.Request[idmintv1.ListT
 
 func (h admin) CreateTag(ctx context.Context, req *connect.Request[idmintv1.CreateTagRequest]) (*connect.Response[idmintv1.CreateTagResponse], error) {
 	m := req.Msg
-	t, err := h.tagCall(ctx, callerOf(req), http.MethodPost, "/v1/tags", map[string]any{
-		"biz_tag": m.GetBizTag(), "step": m.GetStep(), "max_step": m.GetMaxStep(), "start": m.GetStart(), "description": m.GetDescription(),
-	})
+	body := map[string]any{"biz_tag": m.GetBizTag(), "start": m.GetStart(), "description": m.GetDescription()}
+	if m.Step != nil {
+		body["step"] = m.GetStep()
+	}
+	if m.MaxStep != nil {
+		body["max_step"] = m.GetMaxStep()
+	}
+	t, err := h.tagCall(ctx, callerOf(req), http.MethodPost, "/v1/tags", body)
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
+	"google.golang.org/protobuf/proto"
 	"github.com/google/uuid"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
@@ -254,11 +255,11 @@ func TestService_Admin(t *testing.T) {
 	f := newFixture(t, httpapi.AuthOpen)
 	ctx := context.Background()
 	c := idmintv1connect.NewAdminServiceClient(http.DefaultClient, f.url, bearer(f.admin))
-	created, err := c.CreateTag(ctx, connect.NewRequest(&idmintv1.CreateTagRequest{BizTag: "user", Step: 20, Start: 100, Description: "users"}))
+	created, err := c.CreateTag(ctx, connect.NewRequest(&idmintv1.CreateTagRequest{BizTag: "user", Step: proto.Int64(20), Start: 100, Description: "users"}))
 	if err != nil || created.Msg.GetTag().GetMaxId() != 99 || created.Msg.GetTag().GetStep() != 20 {
 		t.Fatalf("CreateTag: %v, %v", created, err)
 	}
-	if _, err := c.CreateTag(ctx, connect.NewRequest(&idmintv1.CreateTagRequest{BizTag: "user", Step: 20})); connect.CodeOf(err) != connect.CodeAlreadyExists {
+	if _, err := c.CreateTag(ctx, connect.NewRequest(&idmintv1.CreateTagRequest{BizTag: "user", Step: proto.Int64(20)})); connect.CodeOf(err) != connect.CodeAlreadyExists {
 		t.Fatalf("CreateTag again: %v, want AlreadyExists", err)
 	}
 	step := int64(30)

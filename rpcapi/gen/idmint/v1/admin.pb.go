@@ -185,10 +185,12 @@ func (x *ListTagsResponse) GetTags() []*Tag {
 
 // CreateTagRequest is the new tag's settings.
 type CreateTagRequest struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	BizTag  string                 `protobuf:"bytes,1,opt,name=biz_tag,json=bizTag,proto3" json:"biz_tag,omitempty"`
-	Step    int64                  `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
-	MaxStep int64                  `protobuf:"varint,3,opt,name=max_step,json=maxStep,proto3" json:"max_step,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	BizTag string                 `protobuf:"bytes,1,opt,name=biz_tag,json=bizTag,proto3" json:"biz_tag,omitempty"`
+	// The minimum segment size; unset for the default 1000 (0 is refused).
+	Step *int64 `protobuf:"varint,2,opt,name=step,proto3,oneof" json:"step,omitempty"`
+	// The maximum segment size; unset for the default 1000000 (0 is refused).
+	MaxStep *int64 `protobuf:"varint,3,opt,name=max_step,json=maxStep,proto3,oneof" json:"max_step,omitempty"`
 	// The first ID to hand out (0: 1); at most 2^63-step.
 	Start         int64  `protobuf:"varint,4,opt,name=start,proto3" json:"start,omitempty"`
 	Description   string `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
@@ -234,15 +236,15 @@ func (x *CreateTagRequest) GetBizTag() string {
 }
 
 func (x *CreateTagRequest) GetStep() int64 {
-	if x != nil {
-		return x.Step
+	if x != nil && x.Step != nil {
+		return *x.Step
 	}
 	return 0
 }
 
 func (x *CreateTagRequest) GetMaxStep() int64 {
-	if x != nil {
-		return x.MaxStep
+	if x != nil && x.MaxStep != nil {
+		return *x.MaxStep
 	}
 	return 0
 }
@@ -889,13 +891,15 @@ const file_idmint_v1_admin_proto_rawDesc = "" +
 	"\vdescription\x18\x05 \x01(\tR\vdescription\"\x11\n" +
 	"\x0fListTagsRequest\"6\n" +
 	"\x10ListTagsResponse\x12\"\n" +
-	"\x04tags\x18\x01 \x03(\v2\x0e.idmint.v1.TagR\x04tags\"\x92\x01\n" +
+	"\x04tags\x18\x01 \x03(\v2\x0e.idmint.v1.TagR\x04tags\"\xb2\x01\n" +
 	"\x10CreateTagRequest\x12\x17\n" +
-	"\abiz_tag\x18\x01 \x01(\tR\x06bizTag\x12\x12\n" +
-	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x19\n" +
-	"\bmax_step\x18\x03 \x01(\x03R\amaxStep\x12\x14\n" +
+	"\abiz_tag\x18\x01 \x01(\tR\x06bizTag\x12\x17\n" +
+	"\x04step\x18\x02 \x01(\x03H\x00R\x04step\x88\x01\x01\x12\x1e\n" +
+	"\bmax_step\x18\x03 \x01(\x03H\x01R\amaxStep\x88\x01\x01\x12\x14\n" +
 	"\x05start\x18\x04 \x01(\x03R\x05start\x12 \n" +
-	"\vdescription\x18\x05 \x01(\tR\vdescription\"5\n" +
+	"\vdescription\x18\x05 \x01(\tR\vdescriptionB\a\n" +
+	"\x05_stepB\v\n" +
+	"\t_max_step\"5\n" +
 	"\x11CreateTagResponse\x12 \n" +
 	"\x03tag\x18\x01 \x01(\v2\x0e.idmint.v1.TagR\x03tag\"(\n" +
 	"\rGetTagRequest\x12\x17\n" +
@@ -1010,6 +1014,7 @@ func file_idmint_v1_admin_proto_init() {
 	if File_idmint_v1_admin_proto != nil {
 		return
 	}
+	file_idmint_v1_admin_proto_msgTypes[3].OneofWrappers = []any{}
 	file_idmint_v1_admin_proto_msgTypes[7].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
