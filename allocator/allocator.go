@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"time"
 
 	"github.com/idmint/idmint/segment"
@@ -51,15 +50,6 @@ func (c *Config) setDefaults() {
 	if c.AttemptTimeout <= 0 {
 		c.AttemptTimeout = 3 * time.Second
 	}
-	if c.RetryMin <= 0 {
-		c.RetryMin = 20 * time.Millisecond
-	}
-	if c.RetryMax < c.RetryMin {
-		c.RetryMax = max(time.Second, c.RetryMin)
-	}
-	if c.UnknownTTL <= 0 {
-		c.UnknownTTL = 5 * time.Second
-	}
 	if c.CatalogInterval <= 0 {
 		c.CatalogInterval = 500 * time.Millisecond
 	}
@@ -68,14 +58,6 @@ func (c *Config) setDefaults() {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
-	}
-	if c.Jitter == nil {
-		c.Jitter = func(d time.Duration) time.Duration {
-			if d <= 0 {
-				return 0
-			}
-			return rand.N(d)
-		}
 	}
 }
 

@@ -85,12 +85,6 @@ func (c *Config) setDefaults() (own *http.Transport) {
 	if c.AttemptTimeout <= 0 {
 		c.AttemptTimeout = c.Segment.WaitTimeout / 2
 	}
-	if c.RetryMin <= 0 {
-		c.RetryMin = 20 * time.Millisecond
-	}
-	if c.RetryMax < c.RetryMin {
-		c.RetryMax = max(time.Second, c.RetryMin)
-	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
