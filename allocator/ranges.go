@@ -85,9 +85,7 @@ func (a *Allocator) GrantRange(ctx context.Context, r RangeRequest) (seg Segment
 	if r.Holder.IsZero() {
 		return Segment{}, false, errors.New("a caller's range needs a holder")
 	}
-	a.mu.RLock()
-	floor := a.tags[tag].floorLocked()
-	a.mu.RUnlock()
+	floor := a.set.Floor(tag)
 	req := Request{ID: id, Tag: tag, Size: r.Size, Instance: a.cfg.Instance + clientSuffix, Floor: floor,
 		ClaimedFloor: r.Floor, Holder: r.Holder}
 	seg, err = a.allocate(ctx, req)
@@ -169,10 +167,7 @@ func (a *Allocator) ReturnRange(ctx context.Context, id uuid.UUID, h Holder, tag
 }
 
 func (a *Allocator) checkRange(tag string, id uuid.UUID) error {
-	a.mu.RLock()
-	closed := a.closed
-	a.mu.RUnlock()
-	if closed {
+	if a.set.Closed() {
 		return ErrClosed
 	}
 	if id == uuid.Nil {

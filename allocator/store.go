@@ -5,8 +5,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
-	"fmt"
-	"regexp"
 
 	"github.com/google/uuid"
 
@@ -17,9 +15,9 @@ import (
 var (
 	// ErrUnknownTag means the tag has no row in the store. Tags are never
 	// created by a request for them.
-	ErrUnknownTag = errors.New("unknown biz_tag")
+	ErrUnknownTag = segment.ErrUnknownTag
 	// ErrInvalidTag means the tag is not a valid name (see ValidateTag).
-	ErrInvalidTag = errors.New("invalid biz_tag")
+	ErrInvalidTag = segment.ErrInvalidTag
 	// ErrExhausted means the tag's next segment would pass 2^63-1.
 	ErrExhausted = errors.New("biz_tag exhausted: no ids left below 2^63-1")
 	// ErrUnavailable means no ID could be handed out in time: the buffers
@@ -194,17 +192,10 @@ type Tag struct {
 	Description string
 }
 
-var tagPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$`)
-
 // ValidateTag reports whether name is a valid tag: 1 to 64 characters of
-// letters, digits, '_', '.', ':' and '-', starting with a letter or digit.
-// Its error quotes at most 80 bytes of name.
-func ValidateTag(name string) error {
-	if !tagPattern.MatchString(name) {
-		return fmt.Errorf("%w: %q: want 1-64 of [A-Za-z0-9_.:-], starting with a letter or digit", ErrInvalidTag, truncate(name, 80))
-	}
-	return nil
-}
+// letters, digits, '_', '.', ':' and '-', starting with a letter or digit
+// (see segment.ValidateTag). Its error quotes at most 80 bytes of name.
+func ValidateTag(name string) error { return segment.ValidateTag(name) }
 
 // bounds returns the size a store grants for a request: the wanted size
 // bounded by the tag's step and max_step. It matches the SQL of Postgres.

@@ -6,15 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
-	"regexp"
-	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,9 +19,10 @@ import (
 // Errors returned by a Client.
 var (
 	// ErrUnknownTag means the instances do not know the tag.
-	ErrUnknownTag = errors.New("unknown biz_tag")
-	// ErrInvalidTag means the tag is not a valid name.
-	ErrInvalidTag = errors.New("invalid biz_tag")
+	ErrUnknownTag = segment.ErrUnknownTag
+	// ErrInvalidTag means the tag is not a valid name (see
+	// segment.ValidateTag).
+	ErrInvalidTag = segment.ErrInvalidTag
 	// ErrClosed means the client was closed.
 	ErrClosed = errors.New("client closed")
 	// ErrUnavailable means no ID could be handed out in time: both ranges
@@ -109,12 +105,6 @@ func (c *Config) setDefaults() (own *http.Transport) {
 	if c.AttemptTimeout <= 0 {
 		c.AttemptTimeout = c.Segment.WaitTimeout / 2
 	}
-	if c.RetryMin <= 0 {
-		c.RetryMin = 20 * time.Millisecond
-	}
-	if c.RetryMax < c.RetryMin {
-		c.RetryMax = max(time.Second, c.RetryMin)
-	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -127,9 +117,9 @@ type Client struct {
 	cfg  Config
 	urls []string // base URLs without a trailing slash
 
-	// buffers maps tag to buffer. It is replaced, never changed, so that
-	// Next reads it without a lock.
-	buffers atomic.Pointer[segment.Index]
+	// set is the tags' buffers, fed by the instances through
+	// rangeGranter: the same tag set as an allocator's, over HTTP.
+	set *segment.Set
 	// preferred is the index in urls of the instance that answered last.
 	preferred atomic.Int64
 	// requests counts range requests sent (attempts, not loads).
@@ -138,13 +128,6 @@ type Client struct {
 	// transport is the HTTPClient's transport when the client made it
 	// itself: Close closes its idle connections.
 	transport *http.Transport
-
-	mu     sync.Mutex // protects tags, closed, replacing buffers and adding to dropping
-	tags   map[string]*tagLoads
-	closed bool
-	// dropping tracks the closes of buffers dropped for unknown tags; Close
-	// waits for them.
-	dropping sync.WaitGroup
 }
 
 // New returns a client of the instances at cfg.URLs. When cfg.Tags is set
@@ -155,7 +138,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	own := cfg.setDefaults()
-	c := &Client{cfg: cfg, tags: map[string]*tagLoads{}, transport: own}
+	c := &Client{cfg: cfg, transport: own}
 	for _, raw := range cfg.URLs {
 		u, err := url.Parse(raw)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -163,17 +146,19 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		}
 		c.urls = append(c.urls, strings.TrimRight(raw, "/"))
 	}
-	c.buffers.Store(segment.NewIndex(nil))
+	c.set = segment.NewSet(segment.SetConfig{
+		Granter:    rangeGranter{c},
+		Buffer:     cfg.Segment,
+		HolderKeys: true,
+		RetryMin:   cfg.RetryMin, RetryMax: cfg.RetryMax,
+		Logger: cfg.Logger,
+	})
 	for _, tag := range cfg.Tags {
-		b, err := c.buffer(tag)
-		if err == nil {
-			err = b.Ready(ctx)
-		}
-		if err != nil {
+		if err := c.set.Ready(ctx, tag); err != nil {
 			cctx, cancel := context.WithTimeout(context.Background(), cfg.AttemptTimeout)
 			c.Close(cctx)
 			cancel()
-			return nil, fmt.Errorf("client: load %q: %w", tag, c.takeFailed(tag, b, err))
+			return nil, fmt.Errorf("client: load %q: %w", tag, closedErr(err))
 		}
 	}
 	return c, nil
@@ -182,10 +167,11 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 // Next returns the next ID of tag. In steady state it is one atomic add;
 // it waits only when both ranges of the tag are empty, and then for its
 // turn on the ranges that arrive: at most Segment.WaitTimeout without one,
-// Segment.MaxWait in all.
+// Segment.MaxWait in all. A tag the instances do not know is answered
+// ErrUnknownTag from memory for a few seconds, without a request.
 func (c *Client) Next(ctx context.Context, tag string) (int64, error) {
 	// The fast path is inlined and makes no call; see allocator.Next.
-	if b := c.buffers.Load().Find(tag); b != nil {
+	if b := c.set.Index().Find(tag); b != nil {
 		if id, ok := b.TryTake(); ok {
 			return id, nil
 		}
@@ -196,93 +182,27 @@ func (c *Client) Next(ctx context.Context, tag string) (int64, error) {
 // nextSlow is Next for a tag without a buffer yet, or when TryTake
 // declines.
 func (c *Client) nextSlow(ctx context.Context, tag string) (int64, error) {
-	b := c.buffers.Load().Find(tag)
-	if b == nil {
-		var err error
-		if b, err = c.buffer(tag); err != nil {
-			return 0, err
-		}
-	}
-	id, err := b.Take(ctx)
-	if err != nil {
-		return 0, c.takeFailed(tag, b, err)
-	}
-	return id, nil
+	id, err := c.set.Next(ctx, tag)
+	return id, closedErr(err)
 }
 
-// NextN returns n IDs of tag, increasing. On error it returns no ID: the
-// IDs already taken are a gap.
+// NextN returns n IDs of tag, increasing. On error it also returns the IDs
+// it took before the error (maybe none): they are the caller's, unique like
+// any other, and handing them out is better than leaving them a gap; a
+// caller that needs all n or nothing drops them (a gap, never a
+// duplicate). allocator.Allocator.NextN does the same.
 func (c *Client) NextN(ctx context.Context, tag string, n int) ([]int64, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("count %d: must be at least 1", n)
 	}
-	b := c.buffers.Load().Find(tag)
-	if b == nil {
-		var err error
-		if b, err = c.buffer(tag); err != nil {
-			return nil, err
-		}
-	}
-	ids, err := b.TakeN(ctx, n, make([]int64, 0, n))
-	if err != nil {
-		return nil, c.takeFailed(tag, b, err)
-	}
-	return ids, nil
+	ids, err := c.set.NextN(ctx, tag, n, make([]int64, 0, n))
+	return ids, closedErr(err)
 }
 
-var tagPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$`)
-
-// buffer returns tag's buffer, making it on first use.
-func (c *Client) buffer(tag string) (*segment.Buffer, error) {
-	if !tagPattern.MatchString(tag) {
-		return nil, fmt.Errorf("%w: %q: want 1-64 of [A-Za-z0-9_.:-], starting with a letter or digit", ErrInvalidTag, tag)
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil, ErrClosed
-	}
-	bufs := c.buffers.Load().Buffers()
-	if b, ok := bufs[tag]; ok {
-		return b, nil
-	}
-	tl, ok := c.tags[tag]
-	if !ok {
-		tl = &tagLoads{tag: tag}
-		c.tags[tag] = tl
-	}
-	sc := c.cfg.Segment
-	sc.Tag = tag
-	sc.Loader = segment.LoaderFunc(func(ctx context.Context, size int64) (segment.Grant, error) {
-		return c.load(ctx, tl, size)
-	})
-	sc.Logger = c.cfg.Logger
-	// A buffer made again for a tag (after an unknown-tag answer) refuses
-	// what its predecessor was granted.
-	sc.Floor = tl.highestGranted()
-	b := segment.New(sc)
-	next := maps.Clone(bufs)
-	next[tag] = b
-	c.buffers.Store(segment.NewIndex(next))
-	return b, nil
-}
-
-// takeFailed shapes a buffer's error, and drops the buffer of a tag the
-// instances do not know, so that made-up tags do not pile up buffers.
-func (c *Client) takeFailed(tag string, b *segment.Buffer, err error) error {
-	switch {
-	case errors.Is(err, segment.ErrClosed):
+// closedErr is err, with the Set's ErrClosed as the client's.
+func closedErr(err error) error {
+	if errors.Is(err, segment.ErrClosed) {
 		return ErrClosed
-	case errors.Is(err, ErrUnknownTag):
-		c.mu.Lock()
-		if bufs := c.buffers.Load().Buffers(); !c.closed && bufs[tag] == b && b != nil {
-			next := maps.Clone(bufs)
-			delete(next, tag)
-			c.buffers.Store(segment.NewIndex(next))
-			c.dropping.Go(func() { b.Close() }) // holds nothing: it never loaded a range
-		}
-		c.mu.Unlock()
-		return fmt.Errorf("%w: %q", ErrUnknownTag, tag)
 	}
 	return err
 }
@@ -297,79 +217,20 @@ type Stats struct {
 
 // Stats returns a snapshot of every tag's buffer.
 func (c *Client) Stats() Stats {
-	bufs := c.buffers.Load().Buffers()
-	st := Stats{Requests: c.requests.Load()}
-	for _, tag := range slices.Sorted(maps.Keys(bufs)) {
-		st.Tags = append(st.Tags, bufs[tag].Stats())
-	}
-	return st
+	return Stats{Tags: c.set.Stats(), Requests: c.requests.Load()}
 }
 
 // Close stops background loads and gives back, for each tag, the unused
-// tail of its newest range, when no one was granted anything after it. The
-// other unused IDs are a gap. It waits for the client's goroutines, and
-// closes the idle connections of the transport it made (not those of a
+// tail of its newest range, when no one was granted anything after it (and
+// the range before it, when the two touch). The other unused IDs are a
+// gap. It waits for the client's goroutines, and closes the idle
+// connections of the transport it made (not those of a
 // Config.HTTPClient). Next fails with ErrClosed afterwards. ctx bounds the
 // give-backs.
 func (c *Client) Close(ctx context.Context) error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return nil
-	}
-	c.closed = true
-	bufs := c.buffers.Load().Buffers()
-	c.buffers.Store(segment.NewIndex(nil))
-	tags := maps.Clone(c.tags)
-	c.mu.Unlock()
-
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-	)
-	for tag, b := range bufs {
-		wg.Go(func() {
-			if err := c.closeBuffer(ctx, tags[tag], b); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	c.dropping.Wait()
+	err := c.set.Close(ctx)
 	if c.transport != nil {
 		c.transport.CloseIdleConnections()
 	}
-	return errors.Join(errs...)
-}
-
-// closeBuffer closes a tag's buffer and gives back its newest range's
-// unused part.
-func (c *Client) closeBuffer(ctx context.Context, tl *tagLoads, b *segment.Buffer) error {
-	unused := b.Close()
-	if len(unused) == 0 {
-		return nil
-	}
-	r := unused[len(unused)-1]
-	id, ok := tl.requestOf(r.Last)
-	if !ok {
-		return nil
-	}
-	back, err := c.giveBack(ctx, tl.tag, id, r)
-	if err != nil {
-		return fmt.Errorf("give back %q [%d, %d]: %w", tl.tag, r.First, r.Last, err)
-	}
-	if back {
-		b.GaveBack(r)
-	}
-	c.cfg.Logger.Debug("gave back unused ids", "biz_tag", tl.tag, "first", r.First, "last", r.Last, "given_back", back)
-	return nil
-}
-
-// pause returns the jittered pause before retry round n (n >= 1).
-func (c *Client) pause(n int) time.Duration {
-	d := min(c.cfg.RetryMin<<min(n, 16), c.cfg.RetryMax)
-	return rand.N(d)
+	return err
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/checker"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/wire"
 )
 
 // losing is an instance that grants, then loses the reply (the connection
@@ -241,7 +242,7 @@ func TestClient_Concurrent(t *testing.T) {
 type claiming struct {
 	api     http.Handler
 	mu      sync.Mutex
-	claimed *httpapi.SegmentResponse
+	claimed *wire.SegmentResponse
 }
 
 func (c *claiming) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -252,7 +253,7 @@ func (c *claiming) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		c.api.ServeHTTP(w, r)
 		return
 	}
-	var req httpapi.SegmentRequest
+	var req wire.SegmentRequest
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -261,7 +262,7 @@ func (c *claiming) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := json.Marshal(req)
 	rec := httptest.NewRecorder()
 	c.api.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/segments", bytes.NewReader(body)))
-	var got httpapi.SegmentResponse
+	var got wire.SegmentResponse
 	if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &got) != nil {
 		http.Error(w, "stranger's claim failed: "+rec.Body.String(), http.StatusInternalServerError)
 		return

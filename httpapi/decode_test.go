@@ -4,6 +4,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/idmint/idmint/wire"
 )
 
 // FuzzDecodeBody: whatever the body, decodeBody does not panic, and a
@@ -17,7 +19,7 @@ func FuzzDecodeBody(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, body string) {
-		for _, dst := range []any{&createTagRequest{}, &patchTagRequest{}, &bumpRequest{}, &SegmentRequest{}, &GiveBackRequest{}} {
+		for _, dst := range []any{&createTagRequest{}, &patchTagRequest{}, &bumpRequest{}, &wire.SegmentRequest{}, &wire.GiveBackRequest{}} {
 			r := httptest.NewRequest("POST", "/v1/tags", strings.NewReader(body))
 			err := decodeBody(httptest.NewRecorder(), r, 1<<10, dst)
 			if err == nil {

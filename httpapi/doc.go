@@ -5,8 +5,8 @@
 //	GET /id/health[?biz_tag=order]     status for dashboards and load balancers
 //	GET /id/dashboard                  a live web page over /id/health
 //	GET /metrics                       Prometheus metrics (see Metrics)
-//	POST /v1/segments                  a whole range for a caller-chosen request_id (see SegmentRequest)
-//	POST /v1/segments/giveback         the unused tail of such a range (see GiveBackRequest)
+//	POST /v1/segments                  a whole range for a caller-chosen request_id (see wire.SegmentRequest)
+//	POST /v1/segments/giveback         the unused tail of such a range (see wire.GiveBackRequest)
 //	GET /openapi.yaml                  the OpenAPI 3 document of every route
 //	/v1/tags…                          the admin API (admin.go), admin token only
 //

@@ -14,6 +14,7 @@ import (
 	"github.com/idmint/idmint/internal/redact"
 	"github.com/idmint/idmint/segment"
 	"github.com/idmint/idmint/snowflake"
+	"github.com/idmint/idmint/wire"
 )
 
 // This file is the one place where errors become HTTP: errorTable says, for
@@ -22,44 +23,44 @@ import (
 // docs/errors.md and the code enum of openapi.yaml are checked against the
 // table by the tests.
 
-// Error codes: stable, machine-readable, part of the API (the client and
-// cmd/idmint match on them).
+// Error codes: the wire package's, named here too for the table and for
+// programs that match on httpapi's names.
 const (
-	CodeBadRequest            = "bad_request"
-	CodeInvalidTag            = "invalid_biz_tag"
-	CodeInvalidCount          = "invalid_count"
-	CodeInvalidFormat         = "invalid_format"
-	CodeInvalidSize           = "invalid_size"
-	CodeInvalidRequestID      = "invalid_request_id"
-	CodeInvalidRange          = "invalid_range"
-	CodeInvalidHolderKey      = "invalid_holder_key"
-	CodeInvalidFloor          = "invalid_floor"
-	CodeInvalidID             = "invalid_id"
-	CodeInvalidJSON           = "invalid_json"
-	CodeInvalidSpec           = "invalid_request"
-	CodeUnauthorized          = "unauthorized"
-	CodeForbidden             = "forbidden"
-	CodeUnknownTag            = "unknown_tag"
-	CodeNotFound              = "not_found"
-	CodeMethod                = "method_not_allowed"
-	CodeRequestConflict       = "request_conflict"
-	CodeNotHolder             = "not_holder"
-	CodeGivenBack             = "given_back"
-	CodeTagExists             = "tag_exists"
-	CodeNotRaised             = "not_raised"
-	CodeBodyTooLarge          = "body_too_large"
-	CodeQueryTooLong          = "query_too_long"
-	CodeRateLimited           = "rate_limited"
-	CodeInternal              = "internal"
-	CodeUnavailable           = "unavailable"
-	CodeRolledBack            = "rolled_back"
-	CodeExhausted             = "tag_exhausted"
-	CodeShuttingDown          = "shutting_down"
-	CodeSnowflakeNoWorker     = "snowflake_no_worker"
-	CodeSnowflakeLeaseExpired = "snowflake_lease_expired"
-	CodeSnowflakeClockSkew    = "snowflake_clock_skew"
-	CodeSnowflakeBackwards    = "snowflake_clock_backwards"
-	CodeSnowflakeExhausted    = "snowflake_time_exhausted"
+	CodeBadRequest            = wire.CodeBadRequest
+	CodeInvalidTag            = wire.CodeInvalidTag
+	CodeInvalidCount          = wire.CodeInvalidCount
+	CodeInvalidFormat         = wire.CodeInvalidFormat
+	CodeInvalidSize           = wire.CodeInvalidSize
+	CodeInvalidRequestID      = wire.CodeInvalidRequestID
+	CodeInvalidRange          = wire.CodeInvalidRange
+	CodeInvalidHolderKey      = wire.CodeInvalidHolderKey
+	CodeInvalidFloor          = wire.CodeInvalidFloor
+	CodeInvalidID             = wire.CodeInvalidID
+	CodeInvalidJSON           = wire.CodeInvalidJSON
+	CodeInvalidSpec           = wire.CodeInvalidSpec
+	CodeUnauthorized          = wire.CodeUnauthorized
+	CodeForbidden             = wire.CodeForbidden
+	CodeUnknownTag            = wire.CodeUnknownTag
+	CodeNotFound              = wire.CodeNotFound
+	CodeMethod                = wire.CodeMethod
+	CodeRequestConflict       = wire.CodeRequestConflict
+	CodeNotHolder             = wire.CodeNotHolder
+	CodeGivenBack             = wire.CodeGivenBack
+	CodeTagExists             = wire.CodeTagExists
+	CodeNotRaised             = wire.CodeNotRaised
+	CodeBodyTooLarge          = wire.CodeBodyTooLarge
+	CodeQueryTooLong          = wire.CodeQueryTooLong
+	CodeRateLimited           = wire.CodeRateLimited
+	CodeInternal              = wire.CodeInternal
+	CodeUnavailable           = wire.CodeUnavailable
+	CodeRolledBack            = wire.CodeRolledBack
+	CodeExhausted             = wire.CodeExhausted
+	CodeShuttingDown          = wire.CodeShuttingDown
+	CodeSnowflakeNoWorker     = wire.CodeSnowflakeNoWorker
+	CodeSnowflakeLeaseExpired = wire.CodeSnowflakeLeaseExpired
+	CodeSnowflakeClockSkew    = wire.CodeSnowflakeClockSkew
+	CodeSnowflakeBackwards    = wire.CodeSnowflakeBackwards
+	CodeSnowflakeExhausted    = wire.CodeSnowflakeExhausted
 )
 
 const (
@@ -232,13 +233,6 @@ func retryAfter(err error) time.Duration {
 	return defaultRetryAfter
 }
 
-type errorBody struct {
-	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
-
 // WriteError writes err as idmint's JSON error, as its row of errorTable
 // says: the one way handlers answer with an error (routes a program adds
 // beside idmint's use it too, e.g. for AuthorizeTag's refusals). A refusal
@@ -268,7 +262,7 @@ func (s *Server) WriteError(w http.ResponseWriter, r *http.Request, err error) {
 		secs := int(math.Ceil(wait.Seconds()))
 		w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
 	}
-	var body errorBody
+	var body wire.ErrorBody
 	body.Error.Code = rule.code
 	if body.Error.Message = rule.message; rule.message == "" {
 		body.Error.Message = redact.Error(err)

@@ -21,6 +21,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/wire"
 )
 
 // errorsDoc is the page generated from errorTable; set IDMINT_UPDATE_DOCS=1
@@ -152,7 +153,7 @@ func TestServer_WriteError(t *testing.T) {
 			rec := httptest.NewRecorder()
 			s.WriteError(rec, httptest.NewRequestWithContext(context.Background(), "GET", "/id?biz_tag=order", nil), p.err)
 
-			var body errorBody
+			var body wire.ErrorBody
 			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
 				t.Fatalf("reply %q: %v", rec.Body, err)
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/httpapi"
+	"github.com/idmint/idmint/wire"
 )
 
 // frozenClock is a server clock that stands still at the time it is made:
@@ -106,7 +107,7 @@ func TestLimits_RangeGrants(t *testing.T) {
 				t.Helper()
 				return postFrom(t, c, base+"/v1/segments", bearer, grantBody("range", 10, id))
 			}
-			var last httpapi.SegmentResponse
+			var last wire.SegmentResponse
 			for i := range burst {
 				s, _, body := grant(flooder, floodBearer, uuid.Must(uuid.NewV7()))
 				if s != http.StatusOK || json.Unmarshal(body, &last) != nil {
@@ -125,7 +126,7 @@ func TestLimits_RangeGrants(t *testing.T) {
 				}
 				refusedIDs = append(refusedIDs, id)
 			}
-			gb, _ := json.Marshal(httpapi.GiveBackRequest{Tag: "range", RequestID: last.RequestID, HolderKey: holderKey(uuid.MustParse(last.RequestID)), First: last.Last - 4, Last: last.Last})
+			gb, _ := json.Marshal(wire.GiveBackRequest{Tag: "range", RequestID: last.RequestID, HolderKey: holderKey(uuid.MustParse(last.RequestID)), First: last.Last - 4, Last: last.Last})
 			if s, _, body := postFrom(t, flooder, base+"/v1/segments/giveback", floodBearer, string(gb)); s != http.StatusTooManyRequests {
 				t.Fatalf("a give-back past the burst: %d %s", s, body)
 			}
@@ -140,7 +141,7 @@ func TestLimits_RangeGrants(t *testing.T) {
 			// The next range starts right after the flood's last: max_id
 			// did not move for the refused grants, nor back for the
 			// refused give-back.
-			var next httpapi.SegmentResponse
+			var next wire.SegmentResponse
 			if s, _, body := grant(other, otherBearer, uuid.Must(uuid.NewV7())); s != http.StatusOK || json.Unmarshal(body, &next) != nil {
 				t.Fatalf("another caller during the flood: %d %s", s, body)
 			}

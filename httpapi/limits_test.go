@@ -18,6 +18,7 @@ import (
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/wire"
 )
 
 // limitedServer serves the API over a MemStore with the limits and auth
@@ -287,7 +288,7 @@ func TestLimits_SegmentsByIDs(t *testing.T) {
 		// Size 0 grants the tag's step, 1000 IDs: ten times the burst,
 		// owed by the requests that follow.
 		s, _, body := grant(t, base, "", "order", 0)
-		var r httpapi.SegmentResponse
+		var r wire.SegmentResponse
 		if s != 200 || json.Unmarshal(body, &r) != nil || r.Last-r.First+1 != 1000 {
 			t.Fatalf("range of the step after failed grants: %d %s", s, body)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/wire"
 )
 
 // anonymous is the principal of every caller in the open mode: there the
@@ -30,64 +31,6 @@ type SegmentGranter interface {
 
 var _ SegmentGranter = (*allocator.Allocator)(nil)
 
-// SegmentRequest is the body of POST /v1/segments.
-type SegmentRequest struct {
-	Tag string `json:"biz_tag"`
-	// Size is the wanted number of IDs; 0 asks for the tag's step. The
-	// grant is bounded by the tag's step and max_step.
-	Size int64 `json:"size"`
-	// RequestID is a UUID the caller chose before its first attempt and
-	// reuses on every retry, through any instance. It is an idempotency
-	// key, not a secret: instances log it.
-	RequestID string `json:"request_id"`
-	// HolderKey is a secret the caller chose with RequestID (e.g. 32 random
-	// bytes in unpadded base64url) and sends again on every retry and with
-	// the give-back: with the caller's principal it proves the range is
-	// the caller's. Only its SHA-256 is stored; it is never logged.
-	HolderKey string `json:"holder_key"`
-	// Floor is the highest ID the caller was granted for the tag (0: none):
-	// when the database went back in time below it, max_id is raised to
-	// it (by at most allocator.MaxClaimedLead above max_id per grant), so
-	// that the range granted is above it.
-	Floor int64 `json:"floor,string,omitempty"`
-}
-
-// SegmentResponse is the reply of POST /v1/segments: the range granted to
-// the request ID, the same one on every retry.
-type SegmentResponse struct {
-	Tag       string `json:"biz_tag"`
-	RequestID string `json:"request_id"`
-	First     int64  `json:"first,string"`
-	Last      int64  `json:"last,string"`
-	Step      int64  `json:"step"`
-	MaxStep   int64  `json:"max_step"`
-	// Recovered is true when the request ID had been granted before (a
-	// retry after a lost reply): this is that range again.
-	Recovered bool `json:"recovered"`
-}
-
-// GiveBackRequest is the body of POST /v1/segments/giveback: the unused
-// tail [First, Last] of the range granted to RequestID, with the holder key
-// of its grant, from the same principal.
-type GiveBackRequest struct {
-	Tag       string `json:"biz_tag"`
-	RequestID string `json:"request_id"`
-	HolderKey string `json:"holder_key"`
-	First     int64  `json:"first,string"`
-	Last      int64  `json:"last,string"`
-}
-
-// GiveBackResponse is the reply of POST /v1/segments/giveback (without
-// the holder key). GivenBack false means the tag was allocated since (or
-// the range is not the tail of the request's range): the IDs stay a gap.
-type GiveBackResponse struct {
-	Tag       string `json:"biz_tag"`
-	RequestID string `json:"request_id"`
-	First     int64  `json:"first,string"`
-	Last      int64  `json:"last,string"`
-	GivenBack bool   `json:"given_back"`
-}
-
 // segmentsRouter serves the range endpoints, to be mounted at /v1/segments
 // (and wrapped by whatever guards /v1).
 func (s *Server) segmentsRouter(g SegmentGranter) chi.Router {
@@ -101,7 +44,7 @@ func (s *Server) segmentsRouter(g SegmentGranter) chi.Router {
 }
 
 func (s *Server) handleGrant(w http.ResponseWriter, r *http.Request, g SegmentGranter) {
-	var req SegmentRequest
+	var req wire.SegmentRequest
 	id, err := decodeRange(w, r, &req, func() (string, string, string) { return req.Tag, req.RequestID, req.HolderKey })
 	switch {
 	case err != nil:
@@ -133,14 +76,14 @@ func (s *Server) handleGrant(w http.ResponseWriter, r *http.Request, g SegmentGr
 		return
 	}
 	charge.settle(seg.Last - seg.First + 1)
-	writeJSON(w, http.StatusOK, SegmentResponse{
+	writeJSON(w, http.StatusOK, wire.SegmentResponse{
 		Tag: req.Tag, RequestID: id.String(), First: seg.First, Last: seg.Last,
 		Step: seg.Step, MaxStep: seg.MaxStep, Recovered: recovered,
 	})
 }
 
 func (s *Server) handleGiveBack(w http.ResponseWriter, r *http.Request, g SegmentGranter) {
-	var req GiveBackRequest
+	var req wire.GiveBackRequest
 	id, err := decodeRange(w, r, &req, func() (string, string, string) { return req.Tag, req.RequestID, req.HolderKey })
 	if err == nil && (req.First < 1 || req.First > req.Last) {
 		err = requestError(CodeInvalidRange, "first and last: want 1 <= first <= last, as decimal strings")
@@ -164,7 +107,7 @@ func (s *Server) handleGiveBack(w http.ResponseWriter, r *http.Request, g Segmen
 		s.WriteError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, GiveBackResponse{Tag: req.Tag, RequestID: id.String(), First: req.First, Last: req.Last, GivenBack: ok})
+	writeJSON(w, http.StatusOK, wire.GiveBackResponse{Tag: req.Tag, RequestID: id.String(), First: req.First, Last: req.Last, GivenBack: ok})
 }
 
 // principalOf returns who asks, for the holder of a range: the bearer

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/httpapi"
+	"github.com/idmint/idmint/wire"
 )
 
 func post(tb testing.TB, srv *httptest.Server, path, body string) (int, http.Header, []byte) {
@@ -28,7 +29,7 @@ func post(tb testing.TB, srv *httptest.Server, path, body string) (int, http.Hea
 }
 
 func grantBody(tag string, size int64, id uuid.UUID) string {
-	js, _ := json.Marshal(httpapi.SegmentRequest{Tag: tag, Size: size, RequestID: id.String(), HolderKey: holderKey(id)})
+	js, _ := json.Marshal(wire.SegmentRequest{Tag: tag, Size: size, RequestID: id.String(), HolderKey: holderKey(id)})
 	return string(js)
 }
 
@@ -60,16 +61,16 @@ func TestServer_Segments(t *testing.T) {
 	id := uuid.Must(uuid.NewV7())
 
 	t.Run("a retry through another instance gets the same range", func(t *testing.T) {
-		var got []httpapi.SegmentResponse
+		var got []wire.SegmentResponse
 		for _, srv := range []*httptest.Server{srvs[0], srvs[1], srvs[0]} {
 			code, _, body := post(t, srv, "/v1/segments", grantBody("order", 50, id))
-			var r httpapi.SegmentResponse
+			var r wire.SegmentResponse
 			if code != http.StatusOK || json.Unmarshal(body, &r) != nil {
 				t.Fatalf("status %d: %s", code, body)
 			}
 			got = append(got, r)
 		}
-		want := httpapi.SegmentResponse{Tag: "order", RequestID: id.String(), First: 1, Last: 50, Step: 10, MaxStep: 100}
+		want := wire.SegmentResponse{Tag: "order", RequestID: id.String(), First: 1, Last: 50, Step: 10, MaxStep: 100}
 		if got[0] != want {
 			t.Fatalf("first answer %+v, want %+v", got[0], want)
 		}
@@ -86,7 +87,7 @@ func TestServer_Segments(t *testing.T) {
 
 	t.Run("size is bounded by step and max_step", func(t *testing.T) {
 		for _, c := range []struct{ size, want int64 }{{0, 10}, {3, 10}, {1000, 100}} {
-			var r httpapi.SegmentResponse
+			var r wire.SegmentResponse
 			_, _, body := post(t, srvs[0], "/v1/segments", grantBody("order", c.size, uuid.Must(uuid.NewV7())))
 			if json.Unmarshal(body, &r) != nil || r.Last-r.First+1 != c.want {
 				t.Fatalf("size %d: %s, want %d ids", c.size, body, c.want)
@@ -96,16 +97,16 @@ func TestServer_Segments(t *testing.T) {
 
 	t.Run("give back: the tail of the newest range, once", func(t *testing.T) {
 		rid := uuid.Must(uuid.NewV7())
-		var r httpapi.SegmentResponse
+		var r wire.SegmentResponse
 		code, _, body := post(t, srvs[1], "/v1/segments", grantBody("order", 10, rid))
 		if err := json.Unmarshal(body, &r); err != nil || code != http.StatusOK {
 			t.Fatal(err)
 		}
-		gb := func(first, last int64) httpapi.GiveBackResponse {
+		gb := func(first, last int64) wire.GiveBackResponse {
 			t.Helper()
-			js, _ := json.Marshal(httpapi.GiveBackRequest{Tag: "order", RequestID: rid.String(), HolderKey: holderKey(rid), First: first, Last: last})
+			js, _ := json.Marshal(wire.GiveBackRequest{Tag: "order", RequestID: rid.String(), HolderKey: holderKey(rid), First: first, Last: last})
 			code, _, body := post(t, srvs[0], "/v1/segments/giveback", string(js))
-			var g httpapi.GiveBackResponse
+			var g wire.GiveBackResponse
 			if code != http.StatusOK || json.Unmarshal(body, &g) != nil {
 				t.Fatalf("status %d: %s", code, body)
 			}
@@ -121,7 +122,7 @@ func TestServer_Segments(t *testing.T) {
 			t.Fatalf("max_id %d, want %d", tags[0].MaxID, r.First+2)
 		}
 		// A retry of the grant gets only what the holder kept.
-		var again httpapi.SegmentResponse
+		var again wire.SegmentResponse
 		code, _, body = post(t, srvs[0], "/v1/segments", grantBody("order", 10, rid))
 		if code != http.StatusOK || json.Unmarshal(body, &again) != nil || again.First != r.First || again.Last != r.First+2 || !again.Recovered {
 			t.Fatalf("retry after the give-back: %d %s; want [%d, %d] recovered", code, body, r.First, r.First+2)
@@ -130,16 +131,16 @@ func TestServer_Segments(t *testing.T) {
 
 	t.Run("a stranger with the request ID gets nothing and gives back nothing", func(t *testing.T) {
 		rid := uuid.Must(uuid.NewV7())
-		var r httpapi.SegmentResponse
+		var r wire.SegmentResponse
 		if _, _, body := post(t, srvs[0], "/v1/segments", grantBody("order", 10, rid)); json.Unmarshal(body, &r) != nil {
 			t.Fatal(string(body))
 		}
-		stranger := httpapi.SegmentRequest{Tag: "order", Size: 10, RequestID: rid.String(), HolderKey: "a-strangers-own-holder-key"}
+		stranger := wire.SegmentRequest{Tag: "order", Size: 10, RequestID: rid.String(), HolderKey: "a-strangers-own-holder-key"}
 		js, _ := json.Marshal(stranger)
 		if code, _, body := post(t, srvs[1], "/v1/segments", string(js)); code != http.StatusConflict || errorCode(t, body) != httpapi.CodeNotHolder {
 			t.Fatalf("stranger's grant: %d %s", code, body)
 		}
-		js, _ = json.Marshal(httpapi.GiveBackRequest{Tag: "order", RequestID: rid.String(), HolderKey: stranger.HolderKey, First: r.First + 1, Last: r.Last})
+		js, _ = json.Marshal(wire.GiveBackRequest{Tag: "order", RequestID: rid.String(), HolderKey: stranger.HolderKey, First: r.First + 1, Last: r.Last})
 		if code, _, body := post(t, srvs[1], "/v1/segments/giveback", string(js)); code != http.StatusConflict || errorCode(t, body) != httpapi.CodeNotHolder ||
 			strings.Contains(string(body), stranger.HolderKey) {
 			t.Fatalf("stranger's give-back: %d %s", code, body)
@@ -230,7 +231,7 @@ func FuzzServer_Segments(f *testing.F) {
 		data, _ := io.ReadAll(resp.Body)
 		switch resp.StatusCode {
 		case http.StatusOK:
-			var r httpapi.SegmentResponse
+			var r wire.SegmentResponse
 			if json.Unmarshal(data, &r) != nil || r.First < 1 || r.Last < r.First {
 				t.Fatalf("200 with %s", data)
 			}

@@ -18,6 +18,7 @@ import (
 	"github.com/idmint/idmint/httpapi"
 	idmintv1 "github.com/idmint/idmint/rpcapi/gen/idmint/v1"
 	"github.com/idmint/idmint/rpcapi/gen/idmint/v1/idmintv1connect"
+	"github.com/idmint/idmint/wire"
 )
 
 // maxMessageBytes bounds a request message, as httpapi's Limits bound a
@@ -159,13 +160,13 @@ type segments struct{ s *Service }
 
 func (h segments) GrantRange(ctx context.Context, req *connect.Request[idmintv1.GrantRangeRequest]) (*connect.Response[idmintv1.GrantRangeResponse], error) {
 	m := req.Msg
-	body, err := json.Marshal(httpapi.SegmentRequest{Tag: m.GetBizTag(), Size: m.GetSize(), RequestID: m.GetRequestId(),
+	body, err := json.Marshal(wire.SegmentRequest{Tag: m.GetBizTag(), Size: m.GetSize(), RequestID: m.GetRequestId(),
 		HolderKey: m.GetHolderKey(), Floor: m.GetFloor()})
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInternal, err)
 	}
-	var out httpapi.SegmentResponse
-	if err := h.s.gw.call(ctx, callerOf(req), http.MethodPost, "/v1/segments", body,
+	var out wire.SegmentResponse
+	if err := h.s.gw.call(ctx, callerOf(req), http.MethodPost, wire.PathSegments, body,
 		func(b []byte) error { return json.Unmarshal(b, &out) }); err != nil {
 		return nil, err
 	}
@@ -175,13 +176,13 @@ func (h segments) GrantRange(ctx context.Context, req *connect.Request[idmintv1.
 
 func (h segments) GiveBack(ctx context.Context, req *connect.Request[idmintv1.GiveBackRequest]) (*connect.Response[idmintv1.GiveBackResponse], error) {
 	m := req.Msg
-	body, err := json.Marshal(httpapi.GiveBackRequest{Tag: m.GetBizTag(), RequestID: m.GetRequestId(),
+	body, err := json.Marshal(wire.GiveBackRequest{Tag: m.GetBizTag(), RequestID: m.GetRequestId(),
 		HolderKey: m.GetHolderKey(), First: m.GetFirst(), Last: m.GetLast()})
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInternal, err)
 	}
-	var out httpapi.GiveBackResponse
-	if err := h.s.gw.call(ctx, callerOf(req), http.MethodPost, "/v1/segments/giveback", body,
+	var out wire.GiveBackResponse
+	if err := h.s.gw.call(ctx, callerOf(req), http.MethodPost, wire.PathGiveBack, body,
 		func(b []byte) error { return json.Unmarshal(b, &out) }); err != nil {
 		return nil, err
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/idmint/idmint/rpcapi"
 	idmintv1 "github.com/idmint/idmint/rpcapi/gen/idmint/v1"
 	"github.com/idmint/idmint/rpcapi/gen/idmint/v1/idmintv1connect"
+	"github.com/idmint/idmint/wire"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -210,7 +211,7 @@ func TestService_Segments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var viaHTTP httpapi.SegmentResponse
+	var viaHTTP wire.SegmentResponse
 	json.NewDecoder(resp.Body).Decode(&viaHTTP)
 	resp.Body.Close()
 	if viaHTTP.First != 1 || viaHTTP.Last != 50 || !viaHTTP.Recovered {

@@ -22,6 +22,33 @@ var (
 	// ErrRolledBack means a granted range started at or below the highest ID
 	// this buffer was ever granted: the database went back in time.
 	ErrRolledBack = errors.New("granted range is below ids already granted (database rolled back?)")
+
+	// ErrUnknownTag means the granter does not know the tag. A Set keeps
+	// no buffer for it, and answers it from memory for a while.
+	ErrUnknownTag = errors.New("unknown biz_tag")
+	// ErrInvalidTag means the tag is not a valid name (see ValidateTag).
+	ErrInvalidTag = errors.New("invalid biz_tag")
+
+	// The errors below classify a Granter's answers (see Classify): each
+	// says what a Set does next with the request.
+
+	// ErrNotFound: Lookup found nothing committed for the request; it is
+	// sent again.
+	ErrNotFound = errors.New("request not found")
+	// ErrAlreadyGranted: Grant found the request granted before; it is
+	// only looked up from then on.
+	ErrAlreadyGranted = errors.New("request already granted")
+	// ErrAmbiguous: the grant may or may not have committed (reply lost,
+	// not confirmed on the standbys); it is looked up before it is sent
+	// again, and kept for the tag's next load when the load gives up.
+	ErrAmbiguous = errors.New("outcome unknown")
+	// ErrNotHeld: the request ID is settled with no range for this Set
+	// (another caller holds it, it was another tag's, or its range was
+	// given back in full); the load goes on with a new request.
+	ErrNotHeld = errors.New("request settled without a range for this set")
+	// ErrRefused: nothing was granted and asking again will not help
+	// (unknown tag, tag exhausted); the load fails with the error.
+	ErrRefused = errors.New("request refused")
 )
 
 // Range is an inclusive range of IDs.

@@ -17,6 +17,20 @@
 //	defer b.Close()
 //	id, err := b.Take(ctx)
 //
-// The package knows nothing of SQL or HTTP; the allocator package supplies the
-// Loader.
+// A Set holds the buffers of many tags, fed by one Granter that grants
+// ranges idempotently by request ID: each request's ID is chosen before its
+// first attempt and reused by every retry; a lost reply is looked up instead
+// of asked again under a new ID; a request whose outcome is unknown when its
+// load gives up is resumed by the tag's next load; a request settled without
+// a range for the Set (another holder's) is never served, and the load goes
+// on with a new one; tags the granter does not know keep no buffer; Close
+// gives back the unused tail of each tag's newest range. The allocator's Set
+// is fed by its store, the client's by the range API:
+//
+//	s := segment.NewSet(segment.SetConfig{Granter: granter})
+//	defer s.Close(ctx)
+//	id, err := s.Next(ctx, "order")
+//
+// The package knows nothing of SQL or HTTP: the allocator and client
+// packages supply the Granter.
 package segment

@@ -19,6 +19,7 @@ import (
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/pgtest"
 	"github.com/idmint/idmint/internal/testlog"
+	"github.com/idmint/idmint/wire"
 )
 
 // logTap keeps what an instance logs, as an operator's log pipeline would:
@@ -262,7 +263,7 @@ func TestStrangerCannotMakeDuplicates(t *testing.T) {
 		in := startTrustInstance(t, store, "a", httpapi.AuthConfig{})
 		id, key := uuid.Must(uuid.NewV7()).String(), "the-holders-key-0123456789abcdef"
 		grant := map[string]any{"biz_tag": "order", "request_id": id, "holder_key": key, "size": 100}
-		var r httpapi.SegmentResponse
+		var r wire.SegmentResponse
 		if code, body := call(t, in.url+"/v1/segments", "", grant); code != http.StatusOK || json.Unmarshal(body, &r) != nil || r.First != 1 || r.Last != 100 {
 			t.Fatalf("grant: %d %s; want [1, 100]", code, body)
 		}
@@ -270,12 +271,12 @@ func TestStrangerCannotMakeDuplicates(t *testing.T) {
 		if code, body := call(t, in.url+"/v1/segments/giveback", "", back); code != http.StatusOK || !strings.Contains(string(body), `"given_back":true`) {
 			t.Fatalf("give back [51, 100]: %d %s", code, body)
 		}
-		var next httpapi.SegmentResponse
+		var next wire.SegmentResponse
 		other := map[string]any{"biz_tag": "order", "request_id": uuid.Must(uuid.NewV7()).String(), "holder_key": "another-callers-key-0123456789", "size": 100}
 		if code, body := call(t, in.url+"/v1/segments", "", other); code != http.StatusOK || json.Unmarshal(body, &next) != nil || next.First != 51 {
 			t.Fatalf("another caller's grant: %d %s; want it to start at 51", code, body)
 		}
-		var again httpapi.SegmentResponse
+		var again wire.SegmentResponse
 		code, body := call(t, in.url+"/v1/segments", "", grant)
 		if code != http.StatusOK || json.Unmarshal(body, &again) != nil {
 			t.Fatalf("the retry: %d %s", code, body)
