@@ -86,7 +86,8 @@ func (c *adminClient) call(ctx context.Context, method, path string, body, out a
 }
 
 func fromJSON(t httpapi.TagJSON) allocator.Tag {
-	return allocator.Tag{Name: t.Tag, MaxID: t.MaxID, Step: t.Step, MaxStep: t.MaxStep, Description: t.Description}
+	return allocator.Tag{Name: t.Tag, MaxID: t.MaxID, Step: t.Step, MaxStep: t.MaxStep, Description: t.Description,
+		Runway: httpapi.RunwayOf(t.RunwaySeconds)}
 }
 
 // CreateTag implements allocator.Admin.
@@ -94,6 +95,7 @@ func (c *adminClient) CreateTag(ctx context.Context, spec allocator.TagSpec) (al
 	var t httpapi.TagJSON
 	err := c.call(ctx, http.MethodPost, "/v1/tags", map[string]any{
 		"biz_tag": spec.Name, "step": spec.Step, "max_step": spec.MaxStep, "start": spec.Start, "description": spec.Description,
+		"runway_seconds": spec.Runway.Seconds(),
 	}, &t)
 	return fromJSON(t), err
 }
@@ -130,6 +132,13 @@ func (c *adminClient) Bump(ctx context.Context, name string, to, by int64) (allo
 		body["by"] = by
 	}
 	err := c.call(ctx, http.MethodPost, "/v1/tags/"+url.PathEscape(name)+"/bump", body, &t)
+	return fromJSON(t), err
+}
+
+// SetRunway implements allocator.Admin.
+func (c *adminClient) SetRunway(ctx context.Context, name string, runway time.Duration) (allocator.Tag, error) {
+	var t httpapi.TagJSON
+	err := c.call(ctx, http.MethodPatch, "/v1/tags/"+url.PathEscape(name), map[string]any{"runway_seconds": runway.Seconds()}, &t)
 	return fromJSON(t), err
 }
 
