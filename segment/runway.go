@@ -18,7 +18,8 @@ const minPeakWindow = time.Second
 // Reasons a buffer holds less than its runway (Stats.RunwayShort).
 const (
 	// RunwayShortStore: the last load failed (the store is unreachable or
-	// refuses); the buffer lives on what it holds until a load succeeds.
+	// refuses), or the load in flight has taken longer than slowLoad; the
+	// buffer lives on what it holds until a load succeeds.
 	RunwayShortStore = "store_unavailable"
 	// RunwayShortMaxStep: the runway at the peak rate needs more IDs than
 	// the tag's max_step grants in one range; raise max_step or accept the
@@ -28,6 +29,12 @@ const (
 	// a cold tag); the next ranges are sized for the new peak.
 	RunwayShortRate = "rate_above_held"
 )
+
+// slowLoad is how long a load may run before a buffer short of its runway
+// blames the store rather than the rate: loads take milliseconds, and one
+// that hangs this long meets an outage whose error comes later (at the
+// attempt's timeout).
+const slowLoad = time.Second
 
 // peakRate is the recent peak issue rate: the highest rate measured over
 // windows of at least minPeakWindow, decaying with a half-life. It is
@@ -113,7 +120,8 @@ func (b *Buffer) runwayLocked(st *Stats, now time.Time) {
 	}
 	_, hi := StepPolicy{Min: b.minStep, Max: b.maxStep}.bounds()
 	switch {
-	case b.lastErr != nil:
+	// rateAt is when the load in flight started (nextSizeLocked).
+	case b.lastErr != nil, b.loading && now.Sub(b.rateAt) >= max(slowLoad, coverFactor*b.counters.lastLatency):
 		st.RunwayShort = RunwayShortStore
 	case st.Peak*b.runway.Seconds() > float64(hi):
 		st.RunwayShort = RunwayShortMaxStep

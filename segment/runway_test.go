@@ -137,15 +137,47 @@ func TestBuffer_RunwayMet(t *testing.T) {
 			t.Fatalf("loader down: %+v", st)
 		}
 	})
+	t.Run("a load hangs", func(t *testing.T) {
+		clock := newFakeClock()
+		l := &counterLoader{minStep: 100}
+		b := newBuffer(t, l, func(c *segment.Config) { c.Now, c.Runway = clock.Now, runway })
+		for range 5 {
+			takeAt(t, b, clock, 500, 10*time.Millisecond)
+			settle(t, b)
+		}
+		l.mu.Lock()
+		l.block = make(chan struct{})
+		l.mu.Unlock()
+		defer close(l.block)
+		for i := 0; !b.Stats().Loading; i++ {
+			if i > 100_000 {
+				t.Fatal("no load started in 100,000 takes")
+			}
+			takeAt(t, b, clock, 1, 10*time.Millisecond)
+		}
+		for i := 0; b.Stats().RunwayMet; i++ {
+			if i > 100_000 {
+				t.Fatal("still met after 100,000 takes with the load hanging")
+			}
+			takeAt(t, b, clock, 1, 10*time.Millisecond)
+		}
+		takeAt(t, b, clock, 100, 10*time.Millisecond) // a second past the edge
+		clock.Advance(2 * time.Second)
+		if st := b.Stats(); st.RunwayShort != segment.RunwayShortStore || !st.Loading {
+			t.Fatalf("a load hanging for seconds: %+v", st)
+		}
+	})
 	t.Run("rate jumped", func(t *testing.T) {
 		clock := newFakeClock()
-		b := newBuffer(t, &counterLoader{minStep: 1000}, func(c *segment.Config) { c.Now, c.Runway = clock.Now, runway })
+		// A late threshold: no load starts during the burst.
+		b := newBuffer(t, &counterLoader{minStep: 1000}, func(c *segment.Config) { c.Now, c.Runway, c.Threshold = clock.Now, runway, 0.95 })
 		takeAt(t, b, clock, 50, 100*time.Millisecond) // 10/s
 		settle(t, b)
 		if st := b.Stats(); !st.RunwayMet {
 			t.Fatalf("at 10/s: %+v", st)
 		}
 		takeAt(t, b, clock, 500, time.Millisecond) // 1,000/s for half a second
+		settle(t, b)
 		clock.Advance(600 * time.Millisecond)
 		st := b.Stats()
 		if st.RunwayMet || st.RunwayShort != segment.RunwayShortRate || st.Peak < 400 {
