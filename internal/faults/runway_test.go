@@ -122,7 +122,8 @@ func (r *runwayRig) run() {
 					r.check.Ack(fmt.Sprint("caller-", w), r.tag, id)
 					r.lastOK.Store(at)
 				case ctx.Err() != nil:
-					r.check.Fail(err) // stopped mid-request: not the service's
+					// Stopped mid-request: unfinished, not the service's
+					// failure.
 					return
 				case status == http.StatusServiceUnavailable:
 					r.check.Fail(err)
