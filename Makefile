@@ -8,7 +8,7 @@ GO    ?= go
 IMAGE ?= idmint:dev
 BIN   ?= bin/idmint
 
-.PHONY: run test bench bench-http lint generate proto-baseline build image drill drill-ha drill-failover fuzz mutate
+.PHONY: run test bench bench-http lint generate proto-baseline build image drill drill-ha drill-failover drill-runway fuzz mutate
 
 run:
 	$(GO) run ./cmd/idmint serve
@@ -151,6 +151,18 @@ drill-failover:
 	@out=$$(mktemp); status=0; \
 	$(GO) test -race -count=$(FAILOVER_RUNS) -timeout 60m -run '^TestFailover_' -v ./internal/faults >"$$out" 2>&1 || status=$$?; \
 	grep -E '^(--- |ok|FAIL|panic)|failover_test.go:[0-9]+: (async|sync|primary|the same|gave up|disconnected)|DUPLICATE|refused:' "$$out"; \
+	if [ $$status -ne 0 ]; then tail -n 60 "$$out"; fi; rm -f "$$out"; exit $$status
+
+# drill-runway runs the runway outage tests (internal/faults TestRunway_*:
+# PostgreSQL cut by a proxy, SQLite locked by another process, the Go client)
+# RUNWAY_RUNS times and prints their RUNWAY FIGURE lines: the runway held when
+# the outage began, errors and duplicates through a shorter outage, the time to
+# the first 503 through a longer one. E.g. make drill-runway RUNWAY_RUNS=3
+RUNWAY_RUNS ?= 1
+drill-runway:
+	@out=$$(mktemp); status=0; \
+	$(GO) test -count=$(RUNWAY_RUNS) -timeout 30m -run '^TestRunway_' -v ./internal/faults >"$$out" 2>&1 || status=$$?; \
+	grep -E '^(--- |ok|FAIL|panic)|runway_test.go:[0-9]+: [^c]|DUPLICATE' "$$out"; \
 	if [ $$status -ne 0 ]; then tail -n 60 "$$out"; fi; rm -f "$$out"; exit $$status
 
 # mutate applies each mutation of scripts/mutations.txt to a copy of the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -29,17 +30,28 @@ type Admin interface {
 	Bump(ctx context.Context, name string, to, by int64) (Tag, error)
 	// Describe changes a tag's description (at most 1000 characters).
 	Describe(ctx context.Context, name, description string) (Tag, error)
+	// SetRunway changes a tag's runway (0: the instance's, at most
+	// MaxRunway, whole milliseconds). Instances apply it from their next
+	// segment load.
+	SetRunway(ctx context.Context, name string, runway time.Duration) (Tag, error)
 }
+
+// MaxRunway bounds a tag's runway, as the schemas' CHECK does: a day. The
+// IDs a runway keeps in memory are a gap when an instance crashes, and
+// max_step bounds what one range holds anyway.
+const MaxRunway = 24 * time.Hour
 
 // DefaultStep is the step of a tag created without one.
 const DefaultStep = 1000
 
 // TagSpec describes a tag to create.
 type TagSpec struct {
-	Name        string
-	Step        int64 // minimum segment size (default DefaultStep)
-	MaxStep     int64 // maximum segment size; 0 leaves it unset (1,000,000)
-	Start       int64 // first ID to hand out (default 1)
+	Name    string
+	Step    int64 // minimum segment size (default DefaultStep)
+	MaxStep int64 // maximum segment size; 0 leaves it unset (1,000,000)
+	Start   int64 // first ID to hand out (default 1)
+	// Runway is the tag's runway (0: the instance's; see Admin.SetRunway).
+	Runway      time.Duration
 	Description string
 }
 
@@ -67,6 +79,9 @@ func (spec TagSpec) withDefaults() (TagSpec, error) {
 	if err := checkDescription(spec.Description); err != nil {
 		return TagSpec{}, err
 	}
+	if err := checkRunway(spec.Runway); err != nil {
+		return TagSpec{}, err
+	}
 	return spec, nil
 }
 
@@ -77,9 +92,9 @@ func (p *Postgres) CreateTag(ctx context.Context, spec TagSpec) (Tag, error) {
 		return Tag{}, err
 	}
 	t, err := scanTag(p.pool.QueryRow(ctx, `
-INSERT INTO idmint_tags (biz_tag, max_id, step, max_step, description)
-VALUES ($1, $2, $3, NULLIF($4, 0), $5)
-RETURNING `+tagColumns, spec.Name, spec.Start-1, spec.Step, spec.MaxStep, spec.Description))
+INSERT INTO idmint_tags (biz_tag, max_id, step, max_step, description, runway_ms)
+VALUES ($1, $2, $3, NULLIF($4, 0), $5, $6)
+RETURNING `+tagColumns, spec.Name, spec.Start-1, spec.Step, spec.MaxStep, spec.Description, spec.Runway.Milliseconds()))
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
 		return Tag{}, fmt.Errorf("%w: %q", ErrExists, spec.Name)
@@ -102,6 +117,14 @@ func (p *Postgres) SetStep(ctx context.Context, name string, step, maxStep int64
 		return Tag{}, err
 	}
 	return p.updateTag(ctx, name, `step = $2, max_step = NULLIF($3, 0)`, step, maxStep)
+}
+
+// SetRunway implements Admin.
+func (p *Postgres) SetRunway(ctx context.Context, name string, runway time.Duration) (Tag, error) {
+	if err := checkRunway(runway); err != nil {
+		return Tag{}, err
+	}
+	return p.updateTag(ctx, name, `runway_ms = $2`, runway.Milliseconds())
 }
 
 // Bump implements Admin. One statement raises max_id, and only if that
@@ -141,17 +164,28 @@ func (p *Postgres) updateTag(ctx context.Context, name, set string, args ...any)
 	return t, err
 }
 
-const tagColumns = `biz_tag, max_id, step, COALESCE(max_step, 0), description`
+const tagColumns = `biz_tag, max_id, step, COALESCE(max_step, 0), description, runway_ms`
 
 // rowScanner is a row of pgx or database/sql.
 type rowScanner interface{ Scan(dest ...any) error }
 
 func scanTag(row rowScanner) (Tag, error) {
 	var t Tag
-	if err := row.Scan(&t.Name, &t.MaxID, &t.Step, &t.MaxStep, &t.Description); err != nil {
+	var runwayMS int64
+	if err := row.Scan(&t.Name, &t.MaxID, &t.Step, &t.MaxStep, &t.Description, &runwayMS); err != nil {
 		return Tag{}, err
 	}
+	t.Runway = time.Duration(runwayMS) * time.Millisecond
 	return t, nil
+}
+
+// checkRunway refuses a runway out of the schemas' bounds, or finer than
+// the millisecond they store.
+func checkRunway(runway time.Duration) error {
+	if runway < 0 || runway > MaxRunway || runway%time.Millisecond != 0 {
+		return fmt.Errorf("%w: runway %v: must be between 0 and %v, in whole milliseconds", ErrInvalidSpec, runway, MaxRunway)
+	}
+	return nil
 }
 
 func checkSteps(step, maxStep int64) error {

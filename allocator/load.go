@@ -104,6 +104,7 @@ func toGrant(seg Segment, recovered bool) segment.Grant {
 		Range:     segment.Range{First: seg.First, Last: seg.Last},
 		MinStep:   seg.Step,
 		MaxStep:   seg.MaxStep,
+		Runway:    seg.Runway,
 		RequestID: seg.RequestID.String(),
 		Recovered: recovered,
 		Repaired:  seg.Repaired,

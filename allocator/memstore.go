@@ -7,6 +7,7 @@ import (
 	"math"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -50,7 +51,7 @@ func (m *MemStore) CreateTag(ctx context.Context, spec TagSpec) (Tag, error) {
 	if _, ok := m.tags[spec.Name]; ok {
 		return Tag{}, fmt.Errorf("%w: %q", ErrExists, spec.Name)
 	}
-	t := &Tag{Name: spec.Name, MaxID: spec.Start - 1, Step: spec.Step, MaxStep: spec.MaxStep, Description: spec.Description}
+	t := &Tag{Name: spec.Name, MaxID: spec.Start - 1, Step: spec.Step, MaxStep: spec.MaxStep, Runway: spec.Runway, Description: spec.Description}
 	m.tags[spec.Name] = t
 	return *t, nil
 }
@@ -84,6 +85,17 @@ func (m *MemStore) SetStep(ctx context.Context, name string, step, maxStep int64
 	}
 	return m.update(ctx, name, func(t *Tag) error {
 		t.Step, t.MaxStep = step, maxStep
+		return nil
+	})
+}
+
+// SetRunway implements Admin.
+func (m *MemStore) SetRunway(ctx context.Context, name string, runway time.Duration) (Tag, error) {
+	if err := checkRunway(runway); err != nil {
+		return Tag{}, err
+	}
+	return m.update(ctx, name, func(t *Tag) error {
+		t.Runway = runway
 		return nil
 	})
 }
@@ -146,7 +158,7 @@ func (m *MemStore) Allocate(ctx context.Context, req Request) (Segment, error) {
 	if base > math.MaxInt64-size {
 		return Segment{}, fmt.Errorf("%w: %q at %d", ErrExhausted, req.Tag, base)
 	}
-	seg := Segment{RequestID: req.ID, Tag: req.Tag, First: base + 1, Last: base + size, Step: t.Step, MaxStep: t.MaxStep,
+	seg := Segment{RequestID: req.ID, Tag: req.Tag, First: base + 1, Last: base + size, Step: t.Step, MaxStep: t.MaxStep, Runway: t.Runway,
 		Repaired: t.MaxID < floor, FoundMaxID: t.MaxID, Holder: req.Holder}
 	t.MaxID = seg.Last
 	m.requests[req.ID] = seg

@@ -141,13 +141,13 @@ WITH durable AS (
     SET max_id = GREATEST(t.max_id, w.floor) + w.size, updated_at = now()
     FROM wanted w
     WHERE t.biz_tag = w.biz_tag AND GREATEST(t.max_id, w.floor) <= 9223372036854775807 - w.size
-    RETURNING t.biz_tag, t.max_id - w.size + 1 AS first_id, t.max_id AS last_id, t.step, t.max_step, w.found, w.floor
+    RETURNING t.biz_tag, t.max_id - w.size + 1 AS first_id, t.max_id AS last_id, t.step, t.max_step, t.runway_ms, w.found, w.floor
 ), logged AS (
     INSERT INTO idmint_segments (request_id, biz_tag, first_id, last_id, instance, principal, holder_hash)
     SELECT $3, biz_tag, first_id, last_id, $4, $9, $10 FROM bumped
     RETURNING request_id
 )
-SELECT b.first_id, b.last_id, b.step, COALESCE(b.max_step, 0), b.found, b.floor
+SELECT b.first_id, b.last_id, b.step, COALESCE(b.max_step, 0), b.runway_ms, b.found, b.floor
 FROM bumped b, logged`
 
 // Allocate implements Store. Once the grant commits, it waits until the
@@ -174,10 +174,11 @@ func (p *Postgres) Allocate(ctx context.Context, req Request) (Segment, error) {
 func (p *Postgres) allocate(ctx context.Context, conn querier, req Request) (Segment, error) {
 	seg := Segment{RequestID: req.ID, Tag: req.Tag, Holder: req.Holder}
 	principal, hash := holderArgs(req.Holder)
-	var floor int64
+	var floor, runwayMS int64
 	err := conn.QueryRow(ctx, allocateSQL, req.Tag, req.Size, req.ID, req.Instance, int64(segment.DefaultMaxStep),
 		req.Floor, req.ClaimedFloor, int64(MaxClaimedLead), principal, hash).
-		Scan(&seg.First, &seg.Last, &seg.Step, &seg.MaxStep, &seg.FoundMaxID, &floor)
+		Scan(&seg.First, &seg.Last, &seg.Step, &seg.MaxStep, &runwayMS, &seg.FoundMaxID, &floor)
+	seg.Runway = time.Duration(runwayMS) * time.Millisecond
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Segment{}, p.whyNoRow(ctx, req.Tag, req.Floor)
 	}
@@ -237,7 +238,7 @@ func (p *Postgres) GiveBack(ctx context.Context, tag string, first, last int64) 
 // returned_from - 1, before first_id when it gave back all) and its holder.
 const lookupSQL = `
 SELECT s.biz_tag, s.first_id, COALESCE(s.returned_from - 1, s.last_id), t.step, COALESCE(t.max_step, 0),
-       s.principal, s.holder_hash
+       t.runway_ms, s.principal, s.holder_hash
 FROM idmint_segments s JOIN idmint_tags t USING (biz_tag)
 WHERE s.request_id = $1`
 
@@ -253,8 +254,10 @@ func (p *Postgres) Lookup(ctx context.Context, id uuid.UUID) (Segment, error) {
 	var (
 		principal *string
 		hash      []byte
+		runwayMS  int64
 	)
-	err = conn.QueryRow(ctx, lookupSQL, id).Scan(&seg.Tag, &seg.First, &seg.Last, &seg.Step, &seg.MaxStep, &principal, &hash)
+	err = conn.QueryRow(ctx, lookupSQL, id).Scan(&seg.Tag, &seg.First, &seg.Last, &seg.Step, &seg.MaxStep, &runwayMS, &principal, &hash)
+	seg.Runway = time.Duration(runwayMS) * time.Millisecond
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Segment{}, ErrNotFound
 	}

@@ -90,9 +90,10 @@ const nowSQL = `strftime('%Y-%m-%dT%H:%M:%fZ', 'now')`
 func (s *SQLite) Allocate(ctx context.Context, req Request) (Segment, error) {
 	seg := Segment{RequestID: req.ID, Tag: req.Tag}
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		var maxID int64
-		err := tx.QueryRowContext(ctx, `SELECT max_id, step, COALESCE(max_step, 0) FROM idmint_tags WHERE biz_tag = ?`, req.Tag).
-			Scan(&maxID, &seg.Step, &seg.MaxStep)
+		var maxID, runwayMS int64
+		err := tx.QueryRowContext(ctx, `SELECT max_id, step, COALESCE(max_step, 0), runway_ms FROM idmint_tags WHERE biz_tag = ?`, req.Tag).
+			Scan(&maxID, &seg.Step, &seg.MaxStep, &runwayMS)
+		seg.Runway = time.Duration(runwayMS) * time.Millisecond
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("%w: %q", ErrUnknownTag, req.Tag)
 		}
@@ -161,12 +162,14 @@ func (s *SQLite) Lookup(ctx context.Context, id uuid.UUID) (Segment, error) {
 	var (
 		principal *string
 		hash      []byte
+		runwayMS  int64
 	)
 	err := s.db.QueryRowContext(ctx, `
 SELECT s.biz_tag, s.first_id, COALESCE(s.returned_from - 1, s.last_id), t.step, COALESCE(t.max_step, 0),
-       s.principal, s.holder_hash
+       t.runway_ms, s.principal, s.holder_hash
 FROM idmint_segments s JOIN idmint_tags t USING (biz_tag)
-WHERE s.request_id = ?`, id.String()).Scan(&seg.Tag, &seg.First, &seg.Last, &seg.Step, &seg.MaxStep, &principal, &hash)
+WHERE s.request_id = ?`, id.String()).Scan(&seg.Tag, &seg.First, &seg.Last, &seg.Step, &seg.MaxStep, &runwayMS, &principal, &hash)
+	seg.Runway = time.Duration(runwayMS) * time.Millisecond
 	if errors.Is(err, sql.ErrNoRows) {
 		return Segment{}, ErrNotFound
 	}
@@ -221,9 +224,9 @@ func (s *SQLite) CreateTag(ctx context.Context, spec TagSpec) (Tag, error) {
 	err = s.write(ctx, func(tx *sql.Tx) error {
 		var err error
 		t, err = scanTag(tx.QueryRowContext(ctx, `
-INSERT INTO idmint_tags (biz_tag, max_id, step, max_step, description)
-VALUES (?, ?, ?, NULLIF(?, 0), ?)
-RETURNING `+tagColumns, spec.Name, spec.Start-1, spec.Step, spec.MaxStep, spec.Description))
+INSERT INTO idmint_tags (biz_tag, max_id, step, max_step, description, runway_ms)
+VALUES (?, ?, ?, NULLIF(?, 0), ?, ?)
+RETURNING `+tagColumns, spec.Name, spec.Start-1, spec.Step, spec.MaxStep, spec.Description, spec.Runway.Milliseconds()))
 		if isConstraint(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
 			return fmt.Errorf("%w: %q", ErrExists, spec.Name)
 		}
@@ -260,6 +263,16 @@ func (s *SQLite) SetStep(ctx context.Context, name string, step, maxStep int64) 
 	}
 	return s.updateTag(ctx, name, func(Tag) (string, []any, error) {
 		return `step = ?, max_step = NULLIF(?, 0)`, []any{step, maxStep}, nil
+	})
+}
+
+// SetRunway implements Admin.
+func (s *SQLite) SetRunway(ctx context.Context, name string, runway time.Duration) (Tag, error) {
+	if err := checkRunway(runway); err != nil {
+		return Tag{}, err
+	}
+	return s.updateTag(ctx, name, func(Tag) (string, []any, error) {
+		return `runway_ms = ?`, []any{runway.Milliseconds()}, nil
 	})
 }
 

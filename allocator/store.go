@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -173,6 +174,8 @@ type Segment struct {
 	First, Last int64
 	Step        int64 // the tag's minimum segment size
 	MaxStep     int64 // the tag's maximum segment size; 0 when unset
+	// Runway is the tag's runway (0: the instance's).
+	Runway time.Duration
 	// Repaired is true when max_id was below the request's Floor and was
 	// raised to it; FoundMaxID is the max_id found then. Only Allocate sets
 	// them.
@@ -185,10 +188,13 @@ type Segment struct {
 
 // Tag describes one tag's row.
 type Tag struct {
-	Name        string
-	MaxID       int64
-	Step        int64
-	MaxStep     int64 // 0 when unset
+	Name    string
+	MaxID   int64
+	Step    int64
+	MaxStep int64 // 0 when unset
+	// Runway is how long the buffers must carry the tag's callers without
+	// the store at the recent peak rate; 0 leaves the instance's.
+	Runway      time.Duration
 	Description string
 }
 

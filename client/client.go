@@ -64,6 +64,12 @@ type Config struct {
 	// RetryMin and RetryMax bound the pause after every instance failed
 	// once (defaults 20ms and 1s), with full jitter.
 	RetryMin, RetryMax time.Duration
+	// Runway is how long the client's buffers must carry its callers with
+	// no instance answering, at each tag's recent peak rate: the ranges it
+	// asks for cover it (within the tag's max_step) and the next range is
+	// fetched while the current one still holds it, as an instance does
+	// with --runway. 0 leaves Segment.Runway. Stats says when it is short.
+	Runway time.Duration
 	// Segment holds the buffer settings every tag uses: Period, Threshold,
 	// WaitTimeout, MaxWait, LoadTimeout, MinBackoff, MaxBackoff, OnLoad.
 	// Tag, Loader, Logger and Floor are set by the client.
@@ -101,6 +107,9 @@ func (c *Config) setDefaults() (own *http.Transport) {
 	}
 	if c.Segment.WaitTimeout <= 0 {
 		c.Segment.WaitTimeout = segment.DefaultWaitTimeout
+	}
+	if c.Runway > 0 {
+		c.Segment.Runway = c.Runway
 	}
 	if c.AttemptTimeout <= 0 {
 		c.AttemptTimeout = c.Segment.WaitTimeout / 2

@@ -3,7 +3,9 @@ package httpapi
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 
@@ -24,6 +26,8 @@ type TagJSON struct {
 	Step        int64  `json:"step"`
 	MaxStep     int64  `json:"max_step"`
 	Description string `json:"description"`
+	// RunwaySeconds is the tag's runway; 0 leaves the instance's --runway.
+	RunwaySeconds float64 `json:"runway_seconds"`
 }
 
 func tagJSON(t allocator.Tag) TagJSON {
@@ -31,26 +35,43 @@ func tagJSON(t allocator.Tag) TagJSON {
 	if maxStep == 0 {
 		maxStep = segment.DefaultMaxStep
 	}
-	return TagJSON{Tag: t.Name, MaxID: t.MaxID, Step: t.Step, MaxStep: maxStep, Description: t.Description}
+	return TagJSON{Tag: t.Name, MaxID: t.MaxID, Step: t.Step, MaxStep: maxStep, Description: t.Description,
+		RunwaySeconds: t.Runway.Seconds()}
+}
+
+// RunwayOf converts a runway in seconds, as the admin API takes it, to a
+// duration in whole milliseconds. A value past allocator.MaxRunway comes
+// back just past it, for the store to refuse with its bounds, instead of
+// overflowing.
+func RunwayOf(seconds float64) time.Duration {
+	if seconds > allocator.MaxRunway.Seconds() {
+		return allocator.MaxRunway + time.Millisecond
+	}
+	if seconds < 0 {
+		return -time.Millisecond
+	}
+	return time.Duration(math.Round(seconds*1000)) * time.Millisecond
 }
 
 // createTagRequest is the body of POST /v1/tags. A step or max_step left
 // out takes the default; one given must be at least 1, so that a 0 sent by
 // mistake is refused rather than read as "the default".
 type createTagRequest struct {
-	Tag         string `json:"biz_tag"`
-	Step        *int64 `json:"step"`
-	MaxStep     *int64 `json:"max_step"`
-	Start       int64  `json:"start"`
-	Description string `json:"description"`
+	Tag           string  `json:"biz_tag"`
+	Step          *int64  `json:"step"`
+	MaxStep       *int64  `json:"max_step"`
+	Start         int64   `json:"start"`
+	Description   string  `json:"description"`
+	RunwaySeconds float64 `json:"runway_seconds"`
 }
 
 // patchTagRequest is the body of PATCH /v1/tags/{biz_tag}: the fields given
 // change, the others stay.
 type patchTagRequest struct {
-	Step        *int64  `json:"step"`
-	MaxStep     *int64  `json:"max_step"`
-	Description *string `json:"description"`
+	Step          *int64   `json:"step"`
+	MaxStep       *int64   `json:"max_step"`
+	Description   *string  `json:"description"`
+	RunwaySeconds *float64 `json:"runway_seconds"`
 }
 
 // bumpRequest is the body of POST /v1/tags/{biz_tag}/bump: exactly one of
@@ -95,7 +116,7 @@ func (s *Server) handleCreateTag(w http.ResponseWriter, r *http.Request) {
 	if !s.decode(w, r, &req) {
 		return
 	}
-	spec := allocator.TagSpec{Name: req.Tag, Start: req.Start, Description: req.Description}
+	spec := allocator.TagSpec{Name: req.Tag, Start: req.Start, Description: req.Description, Runway: RunwayOf(req.RunwaySeconds)}
 	for _, f := range []struct {
 		name string
 		in   *int64
@@ -147,11 +168,14 @@ func (s *Server) handlePatchTag(w http.ResponseWriter, r *http.Request) {
 	if err == nil && req.Description != nil {
 		t, err = s.cfg.Admin.Describe(r.Context(), t.Name, *req.Description)
 	}
+	if err == nil && req.RunwaySeconds != nil {
+		t, err = s.cfg.Admin.SetRunway(r.Context(), t.Name, RunwayOf(*req.RunwaySeconds))
+	}
 	if err != nil {
 		s.adminError(w, r, err)
 		return
 	}
-	s.cfg.Logger.Info("tag changed over the admin API", "biz_tag", t.Name, "step", t.Step, "max_step", t.MaxStep, "token", tokenName(r))
+	s.cfg.Logger.Info("tag changed over the admin API", "biz_tag", t.Name, "step", t.Step, "max_step", t.MaxStep, "runway", t.Runway, "token", tokenName(r))
 	writeJSON(w, http.StatusOK, tagJSON(t))
 }
 

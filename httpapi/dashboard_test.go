@@ -301,6 +301,33 @@ func TestDashboard_Browser(t *testing.T) {
 		t.Logf("screenshot: %s", shot)
 	})
 
+	t.Run("runway short", func(t *testing.T) {
+		// A tag whose max_step cannot hold its runway: the page warns,
+		// with the runway it has, and the tag that holds its runway says so.
+		rw := newRunwayInstance(t, 30*time.Second,
+			allocator.TagSpec{Name: "tiny", Step: 10, MaxStep: 10, Runway: time.Hour},
+			allocator.TagSpec{Name: "roomy", Step: 100_000})
+		rw.take(t, "roomy", 3)
+		_, th := waitRunwayShort(t, rw, "tiny")
+		dom := string(runChromium(t, bin, rw.srv.URL+"/id/dashboard", 2000, "--dump-dom"))
+		rows := parseRows(t, dom)
+		tiny, roomy := rows["tiny"].html, rows["roomy"].html
+		if !strings.Contains(tiny, `data-alarm="runway-short"`) || !strings.Contains(tiny, "runway short: ") ||
+			!strings.Contains(tiny, "of 1h") || !strings.Contains(tiny, "max_step is below the runway at the peak rate") ||
+			!strings.Contains(tiny, `data-runway-met="false"`) {
+			t.Errorf("tiny (runway held %v s of 3600): no runway warning in its row:\n%s", *th.RunwayHeldSeconds, tiny)
+		}
+		if strings.Contains(roomy, `data-alarm="runway-short"`) || !strings.Contains(roomy, `data-runway-met="true"`) || !strings.Contains(roomy, "of 30s") {
+			t.Errorf("roomy: its row should say its 30s runway is met:\n%s", roomy)
+		}
+		if !strings.Contains(dom, "tiny: runway short (max_step_too_small)") {
+			t.Errorf("the runway is not among the alarms")
+		}
+		shot := filepath.Join(artifactDir(t), "dashboard-runway.png")
+		runChromium(t, bin, rw.srv.URL+"/id/dashboard", 2000, "--screenshot="+shot, "--window-size=1440,600")
+		t.Logf("screenshot: %s", shot)
+	})
+
 	t.Run("database down", func(t *testing.T) {
 		pg.Stop(t, false)
 		defer pg.Start(t)

@@ -121,6 +121,8 @@ func wanted(f reflect.StructField) string {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
 	case reflect.String:
 		return "a string"
 	case reflect.Bool:

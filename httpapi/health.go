@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -104,6 +105,16 @@ type TagHealth struct {
 	Abandoned int64  `json:"ids_abandoned"`
 	GivenBack int64  `json:"ids_given_back"`
 	LastError string `json:"last_error,omitempty"`
+	// RunwaySeconds is the tag's runway (0: none); RunwayHeldSeconds how
+	// long Available lasts at PeakIDsPerSecond, the recent peak rate (null
+	// with no traffic: it lasts). RunwayMet is false when that falls short
+	// of the runway, and RunwayShortReason says why: max_step_too_small,
+	// store_unavailable or rate_above_held.
+	RunwaySeconds     float64  `json:"runway_seconds"`
+	RunwayHeldSeconds *float64 `json:"runway_held_seconds"`
+	RunwayMet         bool     `json:"runway_met"`
+	RunwayShortReason string   `json:"runway_short_reason,omitempty"`
+	PeakIDsPerSecond  float64  `json:"peak_ids_per_second"`
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
@@ -197,6 +208,10 @@ func (s *Server) health(ctx context.Context, stats []segment.Stats, asked bool) 
 			troubled = true
 			reason("%s: last load failed", st.Tag)
 		}
+		if !st.RunwayMet && st.Runway > 0 && st.Loads > 0 {
+			troubled = true
+			reason("%s: runway short (%s): holds %.1fs of %.1fs at %.0f ids/s", st.Tag, st.RunwayShort, st.RunwayHeld.Seconds(), st.Runway.Seconds(), st.Peak)
+		}
 		if st.Refused > 0 {
 			troubled = true
 			reason("%s: %d range(s) refused since start: the database went back in time", st.Tag, st.Refused)
@@ -235,30 +250,38 @@ func (s *Server) health(ctx context.Context, stats []segment.Stats, asked bool) 
 
 func tagHealth(st segment.Stats) TagHealth {
 	th := TagHealth{
-		Tag:            st.Tag,
-		Serving:        st.Serving,
-		Next:           st.Next,
-		Remaining:      st.Remaining,
-		RemainingRatio: st.RemainingRatio,
-		NextReady:      st.NextRange != nil,
-		NextLate:       st.NextLate,
-		Loading:        st.Loading,
-		Available:      st.Available(),
-		IDsPerSecond:   round3(st.Rate),
-		Step:           st.Step,
-		MinStep:        st.MinStep,
-		MaxStep:        st.MaxStep,
-		SegmentLoads:   st.Loads,
-		LastLoadMS:     ms(st.LastLoadLatency),
-		AvgLoadMS:      ms(st.AvgLoadLatency),
-		LoadFailures:   st.LoadFailures,
-		Recovered:      st.Recovered,
-		Refused:        st.Refused,
-		Repaired:       st.Repaired,
-		Issued:         st.Issued,
-		Abandoned:      st.Abandoned,
-		GivenBack:      st.GivenBack,
-		LastError:      redact.String(st.LastError),
+		Tag:               st.Tag,
+		Serving:           st.Serving,
+		Next:              st.Next,
+		Remaining:         st.Remaining,
+		RemainingRatio:    st.RemainingRatio,
+		NextReady:         st.NextRange != nil,
+		NextLate:          st.NextLate,
+		Loading:           st.Loading,
+		Available:         st.Available(),
+		IDsPerSecond:      round3(st.Rate),
+		Step:              st.Step,
+		MinStep:           st.MinStep,
+		MaxStep:           st.MaxStep,
+		SegmentLoads:      st.Loads,
+		LastLoadMS:        ms(st.LastLoadLatency),
+		AvgLoadMS:         ms(st.AvgLoadLatency),
+		LoadFailures:      st.LoadFailures,
+		Recovered:         st.Recovered,
+		Refused:           st.Refused,
+		Repaired:          st.Repaired,
+		Issued:            st.Issued,
+		Abandoned:         st.Abandoned,
+		GivenBack:         st.GivenBack,
+		LastError:         redact.String(st.LastError),
+		RunwaySeconds:     round3(st.Runway.Seconds()),
+		RunwayMet:         st.RunwayMet || st.Runway <= 0,
+		RunwayShortReason: st.RunwayShort,
+		PeakIDsPerSecond:  round3(st.Peak),
+	}
+	if st.RunwayHeld != time.Duration(math.MaxInt64) {
+		secs := round3(st.RunwayHeld.Seconds())
+		th.RunwayHeldSeconds = &secs
 	}
 	if th.MaxStep == 0 && st.Loads > 0 {
 		th.MaxStep = segment.DefaultMaxStep

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"math"
 	"net/http"
 	"strconv"
 	"sync"
@@ -200,6 +201,10 @@ func newStatsCollector(a Allocator, pingTimeout time.Duration) *statsCollector {
 			gauge("idmint_buffer_available_ids", "IDs that can be handed out without the database: current rest plus next segment.", func(s segment.Stats) float64 { return float64(s.Available()) }),
 			gauge("idmint_buffer_next_ready", "1 when the next segment is fetched and waiting.", func(s segment.Stats) float64 { return boolFloat(s.NextRange != nil) }),
 			gauge("idmint_buffer_serving", "1 when an ID can be handed out without waiting.", func(s segment.Stats) float64 { return boolFloat(s.Serving) }),
+			gauge("idmint_runway_seconds", "The tag's runway target: how long its buffers must carry callers without the database at the peak rate (0: none).", func(s segment.Stats) float64 { return s.Runway.Seconds() }),
+			gauge("idmint_runway_held_seconds", "How long the IDs held in memory last at the tag's recent peak rate (+Inf with no traffic).", runwayHeldSeconds),
+			gauge("idmint_runway_met", "1 when the IDs held last the tag's runway at its peak rate (or it has none), 0 when short.", func(s segment.Stats) float64 { return boolFloat(s.RunwayMet) }),
+			gauge("idmint_peak_ids_per_second", "The tag's recent peak issue rate, decaying slowly, that the runway is measured at.", func(s segment.Stats) float64 { return s.Peak }),
 		},
 	}
 }
@@ -227,6 +232,14 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.pingTimeout)
 	defer cancel()
 	ch <- prometheus.MustNewConstMetric(c.dbUp, prometheus.GaugeValue, boolFloat(c.alloc.Ping(ctx) == nil))
+}
+
+// runwayHeldSeconds is Stats.RunwayHeld in seconds, +Inf for no rate.
+func runwayHeldSeconds(s segment.Stats) float64 {
+	if s.RunwayHeld == time.Duration(math.MaxInt64) {
+		return math.Inf(1)
+	}
+	return s.RunwayHeld.Seconds()
 }
 
 func boolFloat(b bool) float64 {

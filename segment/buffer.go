@@ -74,6 +74,9 @@ type Grant struct {
 	// the buffer's floor (the database went back in time) and raised it to
 	// the floor before granting the range above it.
 	Repaired bool
+	// Runway is the tag's own runway when the range was granted; 0 leaves
+	// the buffer's Config.Runway.
+	Runway time.Duration
 }
 
 // Loader fetches the next range for a buffer. size 0 asks for the tag's own
@@ -97,6 +100,16 @@ type Config struct {
 	// Threshold is the used fraction of the current range that starts the
 	// background fetch of the next one (default 0.1, as in Leaf).
 	Threshold float64
+	// Runway is how long the buffer must carry callers without a load at
+	// the recent peak rate: each range asked for covers it (within the
+	// tag's max_step), and the next range is fetched while the current one
+	// still holds it. 0 keeps only Period and Threshold. A tag's own
+	// runway (Grant.Runway) overrides it.
+	Runway time.Duration
+	// PeakHalfLife is how fast the remembered peak rate decays towards
+	// the rate seen now (default DefaultPeakHalfLife): a burst keeps the
+	// ranges large for a while after it.
+	PeakHalfLife time.Duration
 	// WaitTimeout bounds how long a caller waits for a range to arrive when
 	// both ranges are empty (default DefaultWaitTimeout). Waiting callers
 	// are served from the ranges that arrive in turn, first come first
@@ -131,6 +144,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Threshold <= 0 || c.Threshold >= 1 {
 		c.Threshold = 0.1
+	}
+	if c.PeakHalfLife <= 0 {
+		c.PeakHalfLife = DefaultPeakHalfLife
 	}
 	if c.WaitTimeout <= 0 {
 		c.WaitTimeout = DefaultWaitTimeout
@@ -263,9 +279,11 @@ type Buffer struct {
 	step      int64 // size of the last granted range
 	minStep   int64
 	maxStep   int64
-	rateAt    time.Time // start of the rate window: when the last load started
-	rateIDs   int64     // IDs issued at rateAt
-	starved   bool      // a caller waited on an empty buffer since rateAt
+	rateAt    time.Time     // start of the rate window: when the last load started
+	rateIDs   int64         // IDs issued at rateAt
+	starved   bool          // a caller waited on an empty buffer since rateAt
+	runway    time.Duration // the runway in force: the tag's, else Config.Runway
+	peak      peakRate
 	prevAt    time.Time // start of the window before, for Stats' rate
 	prevIDs   int64     // IDs issued at prevAt
 	retired   int64     // IDs issued from ranges no longer current
@@ -298,7 +316,7 @@ type counters struct {
 // New returns a buffer for one tag. It loads nothing until the first Take.
 func New(cfg Config) *Buffer {
 	cfg.setDefaults()
-	b := &Buffer{cfg: cfg, highest: cfg.Floor, epoch: cfg.Now()}
+	b := &Buffer{cfg: cfg, highest: cfg.Floor, epoch: cfg.Now(), runway: cfg.Runway}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.loadAt.Store(0) // nothing to serve yet: any take starts a load
 	return b
@@ -610,6 +628,8 @@ func (b *Buffer) setWantLocked(want bool) {
 
 // switchLocked retires the current range (used up) and serves the next.
 func (b *Buffer) switchLocked() {
+	// Before cur retires: issuedLocked would count it twice after.
+	b.keepRunwayLocked(b.next)
 	if s := b.cur.Load(); s != nil {
 		b.retired += s.Len()
 	}
@@ -669,13 +689,15 @@ func (b *Buffer) nextSizeLocked() int64 {
 	now := b.cfg.Now()
 	issued := b.issuedLocked()
 	size := int64(0) // the tag's own step, for the first load
+	peak := b.peakLocked(now, issued)
 	if b.step > 0 {
-		p := StepPolicy{Min: b.minStep, Max: b.maxStep, Period: b.cfg.Period}
+		p := StepPolicy{Min: b.minStep, Max: b.maxStep, Period: b.cfg.Period, Runway: b.runway}
 		size = p.Next(b.step, Sample{
 			Used:    issued - b.rateIDs,
 			Elapsed: now.Sub(b.rateAt),
 			Latency: b.counters.lastLatency,
 			Starved: b.starved,
+			Peak:    peak,
 		})
 	}
 	b.prevAt, b.prevIDs = b.rateAt, b.rateIDs
@@ -765,6 +787,10 @@ func (b *Buffer) grantedLocked(g Grant, latency time.Duration) {
 	b.highest = g.Last
 	b.step = g.Len()
 	b.minStep, b.maxStep = g.MinStep, g.MaxStep
+	b.runway = b.cfg.Runway
+	if g.Runway > 0 {
+		b.runway = g.Runway
+	}
 	b.lastErr, b.backoff = nil, 0
 	b.retryAt.Store(0)
 	c := &b.counters

@@ -31,6 +31,12 @@
 //	defer s.Close(ctx)
 //	id, err := s.Next(ctx, "order")
 //
+// A Config.Runway (or a tag's, in its Grant) is how long the buffer must
+// carry its callers without a load at the recent peak rate: every range
+// asked for covers it within the tag's max_step, the next range is fetched
+// while the current one still holds it, and Stats says when it falls short
+// (RunwayMet, RunwayShort).
+//
 // The package knows nothing of SQL or HTTP: the allocator and client
 // packages supply the Granter.
 package segment

@@ -46,6 +46,16 @@ type Stats struct {
 	// Rate is the issue rate in IDs per second, averaged since the last
 	// load started (see rateLocked).
 	Rate float64
+	// Runway is the runway in force (0: none); Peak the recent peak rate
+	// in IDs per second it is measured at; RunwayHeld how long Available
+	// lasts at Peak (math.MaxInt64 when Peak is 0). RunwayMet is true when
+	// there is no runway or RunwayHeld reaches it; RunwayShort says why
+	// not otherwise (one of the RunwayShort constants).
+	Runway      time.Duration
+	Peak        float64
+	RunwayHeld  time.Duration
+	RunwayMet   bool
+	RunwayShort string
 }
 
 // Available returns the IDs the buffer can hand out without a load: the
@@ -133,11 +143,13 @@ func (b *Buffer) Stats() Stats {
 		st.RemainingRatio = float64(st.Remaining) / float64(s.Len())
 		st.NextLate = b.next == nil && b.lastErr != nil && s.used() > s.prefetchAt-s.First
 	}
-	st.Rate = b.rateLocked(b.cfg.Now(), st.Issued)
+	now := b.cfg.Now()
+	st.Rate = b.rateLocked(now, st.Issued)
 	if b.next != nil {
 		r := b.next.Range
 		st.NextRange = &r
 	}
+	b.runwayLocked(&st, now)
 	st.Serving = !b.closed && (st.Remaining > 0 || st.NextRange != nil)
 	return st
 }

@@ -42,10 +42,21 @@ const (
 //     most maxCover of that rate), whatever the 4× limit says;
 //   - when callers waited on an empty buffer, the rate observed is a floor
 //     (the ranges ran out, not the demand), and the step may grow 16×.
+//
+// A Runway sets a floor under all of that: the range covers Runway at the
+// recent peak rate (Sample.Peak) with a quarter of headroom, so that the
+// buffer holds the runway even at the moment it switches ranges. The floor
+// is bounded by Max like the rest: a tag whose max_step is below the runway's
+// need holds less, and says so (Stats.RunwayMet). Max is the bound on
+// purpose: it is the largest gap an instance that crashes can leave behind
+// per range, which the tag's owner chose, and no runway may widen it.
 type StepPolicy struct {
 	Min    int64         // the tag's step: the smallest range ever asked for
 	Max    int64         // the tag's max_step; 0 means DefaultMaxStep
 	Period time.Duration // target life of one range
+	// Runway is how long the buffers must carry callers at the peak rate
+	// without a load; 0 sets no floor.
+	Runway time.Duration
 }
 
 // Sample is what a buffer observed since its last load started.
@@ -57,12 +68,35 @@ type Sample struct {
 	// Starved is true when callers found the buffer empty and waited for a
 	// load.
 	Starved bool
+	// Peak is the recent peak rate in IDs per second, decaying slowly (see
+	// Buffer); the runway floor is sized from it.
+	Peak float64
 }
 
 // Next returns the size of the next range, given the size of the last one
 // and what was observed since the last load started.
 func (p StepPolicy) Next(last int64, s Sample) int64 {
 	lo, hi := p.bounds()
+	return max(p.next(last, s, lo, hi), min(RunwayNeed(p.Runway, s.Peak, hi), hi))
+}
+
+// runwayHeadroom is how much more than the runway at the peak rate a range
+// covers and the prefetch point keeps: the rate measured next is noisy, and
+// a range sized exactly to the runway would report it short at every
+// switch.
+const runwayHeadroom = 1.25
+
+// RunwayNeed returns the IDs that last runway at peak IDs per second, with
+// the headroom the step and the prefetch point keep, at most limit (so that
+// no float overflows an int64). It is 0 when either is 0.
+func RunwayNeed(runway time.Duration, peak float64, limit int64) int64 {
+	if runway <= 0 || peak <= 0 {
+		return 0
+	}
+	return saturate(math.Ceil(min(runwayHeadroom*peak*runway.Seconds(), float64(limit))), limit)
+}
+
+func (p StepPolicy) next(last int64, s Sample, lo, hi int64) int64 {
 	if last < lo {
 		last = lo
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/httpapi"
@@ -85,15 +86,25 @@ func (c *adminClient) call(ctx context.Context, method, path string, body, out a
 }
 
 func fromJSON(t httpapi.TagJSON) allocator.Tag {
-	return allocator.Tag{Name: t.Tag, MaxID: t.MaxID, Step: t.Step, MaxStep: t.MaxStep, Description: t.Description}
+	return allocator.Tag{Name: t.Tag, MaxID: t.MaxID, Step: t.Step, MaxStep: t.MaxStep, Description: t.Description,
+		Runway: httpapi.RunwayOf(t.RunwaySeconds)}
 }
 
 // CreateTag implements allocator.Admin.
 func (c *adminClient) CreateTag(ctx context.Context, spec allocator.TagSpec) (allocator.Tag, error) {
 	var t httpapi.TagJSON
-	err := c.call(ctx, http.MethodPost, "/v1/tags", map[string]any{
-		"biz_tag": spec.Name, "step": spec.Step, "max_step": spec.MaxStep, "start": spec.Start, "description": spec.Description,
-	}, &t)
+	body := map[string]any{
+		"biz_tag": spec.Name, "start": spec.Start, "description": spec.Description,
+		"runway_seconds": spec.Runway.Seconds(),
+	}
+	// 0 is the store's "default"; the admin API wants such a field left out.
+	if spec.Step > 0 {
+		body["step"] = spec.Step
+	}
+	if spec.MaxStep > 0 {
+		body["max_step"] = spec.MaxStep
+	}
+	err := c.call(ctx, http.MethodPost, "/v1/tags", body, &t)
 	return fromJSON(t), err
 }
 
@@ -129,6 +140,13 @@ func (c *adminClient) Bump(ctx context.Context, name string, to, by int64) (allo
 		body["by"] = by
 	}
 	err := c.call(ctx, http.MethodPost, "/v1/tags/"+url.PathEscape(name)+"/bump", body, &t)
+	return fromJSON(t), err
+}
+
+// SetRunway implements allocator.Admin.
+func (c *adminClient) SetRunway(ctx context.Context, name string, runway time.Duration) (allocator.Tag, error) {
+	var t httpapi.TagJSON
+	err := c.call(ctx, http.MethodPatch, "/v1/tags/"+url.PathEscape(name), map[string]any{"runway_seconds": runway.Seconds()}, &t)
 	return fromJSON(t), err
 }
 

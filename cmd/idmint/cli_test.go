@@ -96,8 +96,11 @@ func TestCLI_TokensAndAdminAPI(t *testing.T) {
 		t.Fatalf("healthcheck with IDMINT_LISTEN: %v %s", err, stderr)
 	}
 
-	if out := idmint(t, "tag", "create", "order", "--step", "10", "--server", base, "--token", admin); !strings.Contains(out, "order") {
+	if out := idmint(t, "tag", "create", "order", "--step", "10", "--runway", "8s", "--server", base, "--token", admin); !strings.Contains(out, "order") || !strings.Contains(out, "8s") {
 		t.Fatalf("tag create over the API: %s", out)
+	}
+	if out := idmint(t, "tag", "update", "order", "--runway", "1m0.5s", "--server", base, "--token", admin); !strings.Contains(out, "1m0.5s") {
+		t.Fatalf("tag update --runway over the API: %s", out)
 	}
 	if _, _, err := runErr("tag", "list", "--server", base, "--token", ids); err == nil || !strings.Contains(err.Error(), "scope") {
 		t.Fatalf("tag list with an ids token: %v", err)

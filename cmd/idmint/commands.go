@@ -86,6 +86,12 @@ var commands = []command{
 		detail: "bump never lowers max_id: asked to, it changes nothing and exits 1. --to and --by refuse values that leave no room for one segment below 2^63-1.",
 		flags:  tagBumpFlags},
 	{name: "tag describe", args: []string{"NAME", "TEXT"}, synopsis: "set a tag's description", flags: tagDescribeFlags},
+	{name: "tag update", args: []string{"NAME"}, synopsis: "change a tag's runway (--runway); each instance uses it at its next fetch",
+		detail: `--runway is how long the instances' buffers must carry the tag's callers
+without the database, at the recent peak rate (see "Runway" in
+docs/operations.md); 0 leaves the instance's --runway. At most 24h, within
+the tag's max_step.`,
+		flags: tagUpdateFlags},
 	{name: "token create", synopsis: "make a bearer token (printed once)",
 		detail: "--rate bounds the IDs the token may take per second (/ids counts its count), above or below serve's --ids-per-second-per-token, which bounds the tokens made without it.",
 		flags:  tokenCreateFlags},

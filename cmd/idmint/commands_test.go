@@ -188,6 +188,24 @@ func TestCLI_TagsAndDatabase(t *testing.T) {
 	if !strings.Contains(out, "1000000 (default)") || !strings.Contains(out, "5000") || strings.Contains(out, " - ") {
 		t.Fatalf("tag list: %s; want the effective max_step, the default marked", out)
 	}
+
+	// The runway: per tag at create and update, the instance's by default.
+	idmint(t, "tag", "create", "slow", "--runway", "30m")
+	if out := idmint(t, "tag", "update", "user", "--runway", "1h30m"); !strings.Contains(out, "1h30m0s") {
+		t.Fatalf("tag update --runway: %s", out)
+	}
+	out = idmint(t, "tag", "list")
+	if !strings.Contains(out, "RUNWAY") || !strings.Contains(out, "30m0s") || !strings.Contains(out, "1h30m0s") || !strings.Contains(out, "(instance)") {
+		t.Fatalf("tag list: %s; want each tag's runway, the instance's marked", out)
+	}
+	for _, bad := range [][]string{{"tag", "update", "user", "--runway", "25h"}, {"tag", "create", "neg", "--runway", "-1s"}} {
+		if _, _, err := runErr(bad...); err == nil || !strings.Contains(err.Error(), "runway") {
+			t.Fatalf("idmint %s: %v; want a refusal naming the runway", strings.Join(bad, " "), err)
+		}
+	}
+	if _, _, err := runErr("serve", "--runway", "-1s"); err == nil || !strings.Contains(err.Error(), "--runway") {
+		t.Fatalf("serve --runway -1s: %v; want a refusal", err)
+	}
 }
 
 // TestStoreConfig_URLSource: a PostgreSQL URL is named by where it came

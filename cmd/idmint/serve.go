@@ -30,6 +30,7 @@ type serveConfig struct {
 	requestTimeout  time.Duration
 	period          time.Duration
 	threshold       float64
+	runway          time.Duration
 	waitTimeout     time.Duration
 	loadTimeout     time.Duration
 	shutdownTimeout time.Duration
@@ -107,6 +108,7 @@ func serveFlags(fs *flag.FlagSet) runFunc {
 	fs.DurationVar(&c.requestTimeout, "request-timeout", 5*time.Second, "longest time one HTTP request may take")
 	fs.DurationVar(&c.period, "segment-period", 15*time.Minute, "target life of one segment: the dynamic step aims for it")
 	fs.Float64Var(&c.threshold, "prefetch-threshold", 0.1, "used fraction of a segment that starts fetching the next one")
+	fs.DurationVar(&c.runway, "runway", 0, "hold IDs in memory for at least this long at each tag's recent peak rate, within its max_step (0: only --segment-period shapes the step); a tag's own runway overrides it")
 	fs.DurationVar(&c.waitTimeout, "wait-timeout", 2*time.Second, "longest a request waits for a segment when both buffers are empty")
 	fs.DurationVar(&c.loadTimeout, "load-timeout", 10*time.Second, "longest one segment load may retry")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "longest graceful shutdown waits for in-flight requests, and again for the rest to stop")
@@ -123,6 +125,9 @@ func serveFlags(fs *flag.FlagSet) runFunc {
 	return func(ctx context.Context, out output, _ []string) error {
 		if c.maxCount < 1 || c.maxCount > allocator.MaxN {
 			return fmt.Errorf("--max-count %d: want 1 to %d", c.maxCount, allocator.MaxN)
+		}
+		if c.runway < 0 || c.runway > allocator.MaxRunway {
+			return fmt.Errorf("--runway %v: want 0 (none) to %v", c.runway, allocator.MaxRunway)
 		}
 		if c.pruneAfter != 0 && c.pruneAfter < minPruneAfter {
 			return fmt.Errorf("--prune-after %v: want 0 (keep every row) or at least %v: a lost reply is settled by looking its request up in the segment log", c.pruneAfter, minPruneAfter)
@@ -213,6 +218,7 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) 
 		Segment: segment.Config{
 			Period:      c.period,
 			Threshold:   c.threshold,
+			Runway:      c.runway,
 			WaitTimeout: c.waitTimeout,
 			LoadTimeout: c.loadTimeout,
 			OnLoad:      metrics.ObserveLoad,

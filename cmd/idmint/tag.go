@@ -76,6 +76,7 @@ func tagCreateFlags(fs *flag.FlagSet) runFunc {
 	fs.Int64Var(&spec.MaxStep, "max-step", 0, "maximum segment size (0: 1,000,000)")
 	fs.Int64Var(&spec.Start, "start", 1, "first ID to hand out (at most 2^63-step: one segment must fit below 2^63-1)")
 	fs.StringVar(&spec.Description, "description", "", "what the tag is for")
+	fs.DurationVar(&spec.Runway, "runway", 0, "how long the buffers must carry the tag's callers without the database, at the peak rate (0: the instance's --runway)")
 	run := tagFlags(fs, func(ctx context.Context, admin allocator.Admin, args []string) ([]allocator.Tag, error) {
 		spec.Name = args[0]
 		t, err := admin.CreateTag(ctx, spec)
@@ -120,6 +121,18 @@ func tagSetStepFlags(fs *flag.FlagSet) runFunc {
 	})
 }
 
+func tagUpdateFlags(fs *flag.FlagSet) runFunc {
+	var runway time.Duration
+	fs.DurationVar(&runway, "runway", 0, "how long the buffers must carry the tag's callers without the database, at the peak rate (0: the instance's --runway)")
+	return tagFlags(fs, func(ctx context.Context, admin allocator.Admin, args []string) ([]allocator.Tag, error) {
+		t, err := admin.SetRunway(ctx, args[0], runway)
+		if err != nil {
+			return nil, err
+		}
+		return []allocator.Tag{t}, nil
+	})
+}
+
 func tagBumpFlags(fs *flag.FlagSet) runFunc {
 	var to, by int64
 	fs.Int64Var(&to, "to", 0, "raise max_id to at least N")
@@ -150,13 +163,17 @@ func tagDescribeFlags(fs *flag.FlagSet) runFunc {
 // without one shows the default, marked as such.
 func printTags(w io.Writer, tags []allocator.Tag) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "BIZ_TAG\tMAX_ID\tSTEP\tMAX_STEP\tDESCRIPTION")
+	fmt.Fprintln(tw, "BIZ_TAG\tMAX_ID\tSTEP\tMAX_STEP\tRUNWAY\tDESCRIPTION")
 	for _, t := range tags {
 		maxStep := fmt.Sprintf("%d (default)", segment.DefaultMaxStep)
 		if t.MaxStep > 0 {
 			maxStep = strconv.FormatInt(t.MaxStep, 10)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", t.Name, t.MaxID, t.Step, maxStep, t.Description)
+		runway := "(instance)"
+		if t.Runway > 0 {
+			runway = t.Runway.String()
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", t.Name, t.MaxID, t.Step, maxStep, runway, t.Description)
 	}
 	tw.Flush()
 }

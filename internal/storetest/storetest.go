@@ -731,6 +731,41 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		}
 	})
 
+	t.Run("a tag's runway is stored, changed, bounded and carried by its segments", func(t *testing.T) {
+		s := open(t)
+		created, err := s.CreateTag(t.Context(), allocator.TagSpec{Name: "slow", Step: 10, Runway: 8 * time.Second})
+		if err != nil || created.Runway != 8*time.Second {
+			t.Fatalf("CreateTag with a runway = %+v, %v", created, err)
+		}
+		if seg := mustAllocate(t, s, newRequest("slow", 10)); seg.Runway != 8*time.Second {
+			t.Fatalf("segment runway %v, want the tag's 8s", seg.Runway)
+		}
+		if tag, err := s.SetRunway(t.Context(), "slow", 90*time.Second); err != nil || tag.Runway != 90*time.Second || tag.Step != 10 {
+			t.Fatalf("SetRunway = %+v, %v", tag, err)
+		}
+		req := newRequest("slow", 10)
+		if seg := mustAllocate(t, s, req); seg.Runway != 90*time.Second {
+			t.Fatalf("segment runway after SetRunway %v, want 1m30s", seg.Runway)
+		}
+		if seg, err := s.Lookup(t.Context(), req.ID); err != nil || seg.Runway != 90*time.Second {
+			t.Fatalf("Lookup = %+v, %v; want the tag's runway", seg, err)
+		}
+		for _, bad := range []time.Duration{-time.Second, allocator.MaxRunway + time.Millisecond, time.Microsecond} {
+			if _, err := s.SetRunway(t.Context(), "slow", bad); !errors.Is(err, allocator.ErrInvalidSpec) {
+				t.Errorf("SetRunway(%v) = %v, want ErrInvalidSpec", bad, err)
+			}
+			if _, err := s.CreateTag(t.Context(), allocator.TagSpec{Name: "bad", Runway: bad}); !errors.Is(err, allocator.ErrInvalidSpec) {
+				t.Errorf("CreateTag with runway %v = %v, want ErrInvalidSpec", bad, err)
+			}
+		}
+		if _, err := s.SetRunway(t.Context(), "nope", time.Second); !errors.Is(err, allocator.ErrUnknownTag) {
+			t.Errorf("SetRunway unknown: %v, want ErrUnknownTag", err)
+		}
+		if tag, err := s.SetRunway(t.Context(), "slow", 0); err != nil || tag.Runway != 0 {
+			t.Fatalf("SetRunway(0) = %+v, %v", tag, err)
+		}
+	})
+
 	t.Run("start and bump leave room for one segment below 2^63-1", func(t *testing.T) {
 		s := open(t)
 		const step = 100
