@@ -251,7 +251,8 @@ func (h admin) ListTags(ctx context.Context, req *connect.Request[idmintv1.ListT
 
 func (h admin) CreateTag(ctx context.Context, req *connect.Request[idmintv1.CreateTagRequest]) (*connect.Response[idmintv1.CreateTagResponse], error) {
 	m := req.Msg
-	body := map[string]any{"biz_tag": m.GetBizTag(), "start": m.GetStart(), "description": m.GetDescription()}
+	body := map[string]any{"biz_tag": m.GetBizTag(), "start": m.GetStart(), "description": m.GetDescription(),
+		"runway_seconds": m.GetRunwaySeconds()}
 	if m.Step != nil {
 		body["step"] = m.GetStep()
 	}
@@ -284,6 +285,9 @@ func (h admin) UpdateTag(ctx context.Context, req *connect.Request[idmintv1.Upda
 	}
 	if m.Description != nil {
 		patch["description"] = m.GetDescription()
+	}
+	if m.RunwaySeconds != nil {
+		patch["runway_seconds"] = m.GetRunwaySeconds()
 	}
 	t, err := h.tagCall(ctx, callerOf(req), http.MethodPatch, tagPath(m.GetBizTag()), patch)
 	if err != nil {

@@ -264,9 +264,10 @@ func TestService_Admin(t *testing.T) {
 		t.Fatalf("CreateTag again: %v, want AlreadyExists", err)
 	}
 	step := int64(30)
-	updated, err := c.UpdateTag(ctx, connect.NewRequest(&idmintv1.UpdateTagRequest{BizTag: "user", Step: &step}))
-	if err != nil || updated.Msg.GetTag().GetStep() != 30 || updated.Msg.GetTag().GetDescription() != "users" {
-		t.Fatalf("UpdateTag: %v, %v; want step 30, the description kept", updated, err)
+	updated, err := c.UpdateTag(ctx, connect.NewRequest(&idmintv1.UpdateTagRequest{BizTag: "user", Step: &step, RunwaySeconds: proto.Float64(90)}))
+	if err != nil || updated.Msg.GetTag().GetStep() != 30 || updated.Msg.GetTag().GetDescription() != "users" ||
+		updated.Msg.GetTag().GetRunwaySeconds() != 90 || updated.Msg.GetTag().GetMaxStep() != 1_000_000 {
+		t.Fatalf("UpdateTag: %v, %v; want step 30, runway 90 s, the description and default max_step kept", updated, err)
 	}
 	bumped, err := c.BumpTag(ctx, connect.NewRequest(&idmintv1.BumpTagRequest{BizTag: "user", To: 1000}))
 	if err != nil || bumped.Msg.GetTag().GetMaxId() != 1000 {

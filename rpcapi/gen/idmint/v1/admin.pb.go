@@ -29,9 +29,13 @@ type Tag struct {
 	// The high-water mark: every ID above it was never handed out.
 	MaxId int64 `protobuf:"varint,2,opt,name=max_id,json=maxId,proto3" json:"max_id,omitempty"`
 	Step  int64 `protobuf:"varint,3,opt,name=step,proto3" json:"step,omitempty"`
-	// 0 means the default (1,000,000).
-	MaxStep       int64  `protobuf:"varint,4,opt,name=max_step,json=maxStep,proto3" json:"max_step,omitempty"`
-	Description   string `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
+	// The maximum segment size in force (1,000,000 when the tag was created
+	// without one).
+	MaxStep     int64  `protobuf:"varint,4,opt,name=max_step,json=maxStep,proto3" json:"max_step,omitempty"`
+	Description string `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
+	// How long the buffers must carry the tag's callers without the
+	// database at its peak rate; 0 for the instance's --runway.
+	RunwaySeconds float64 `protobuf:"fixed64,6,opt,name=runway_seconds,json=runwaySeconds,proto3" json:"runway_seconds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -99,6 +103,13 @@ func (x *Tag) GetDescription() string {
 		return x.Description
 	}
 	return ""
+}
+
+func (x *Tag) GetRunwaySeconds() float64 {
+	if x != nil {
+		return x.RunwaySeconds
+	}
+	return 0
 }
 
 // ListTagsRequest asks for every tag.
@@ -192,8 +203,10 @@ type CreateTagRequest struct {
 	// The maximum segment size; unset for the default 1000000 (0 is refused).
 	MaxStep *int64 `protobuf:"varint,3,opt,name=max_step,json=maxStep,proto3,oneof" json:"max_step,omitempty"`
 	// The first ID to hand out (0: 1); at most 2^63-step.
-	Start         int64  `protobuf:"varint,4,opt,name=start,proto3" json:"start,omitempty"`
-	Description   string `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
+	Start       int64  `protobuf:"varint,4,opt,name=start,proto3" json:"start,omitempty"`
+	Description string `protobuf:"bytes,5,opt,name=description,proto3" json:"description,omitempty"`
+	// The tag's runway in seconds; 0 for the instance's --runway.
+	RunwaySeconds float64 `protobuf:"fixed64,6,opt,name=runway_seconds,json=runwaySeconds,proto3" json:"runway_seconds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -261,6 +274,13 @@ func (x *CreateTagRequest) GetDescription() string {
 		return x.Description
 	}
 	return ""
+}
+
+func (x *CreateTagRequest) GetRunwaySeconds() float64 {
+	if x != nil {
+		return x.RunwaySeconds
+	}
+	return 0
 }
 
 // CreateTagResponse is the tag created.
@@ -405,6 +425,7 @@ type UpdateTagRequest struct {
 	Step          *int64                 `protobuf:"varint,2,opt,name=step,proto3,oneof" json:"step,omitempty"`
 	MaxStep       *int64                 `protobuf:"varint,3,opt,name=max_step,json=maxStep,proto3,oneof" json:"max_step,omitempty"`
 	Description   *string                `protobuf:"bytes,4,opt,name=description,proto3,oneof" json:"description,omitempty"`
+	RunwaySeconds *float64               `protobuf:"fixed64,5,opt,name=runway_seconds,json=runwaySeconds,proto3,oneof" json:"runway_seconds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -465,6 +486,13 @@ func (x *UpdateTagRequest) GetDescription() string {
 		return *x.Description
 	}
 	return ""
+}
+
+func (x *UpdateTagRequest) GetRunwaySeconds() float64 {
+	if x != nil && x.RunwaySeconds != nil {
+		return *x.RunwaySeconds
+	}
+	return 0
 }
 
 // UpdateTagResponse is the tag after the change.
@@ -882,22 +910,24 @@ var File_idmint_v1_admin_proto protoreflect.FileDescriptor
 
 const file_idmint_v1_admin_proto_rawDesc = "" +
 	"\n" +
-	"\x15idmint/v1/admin.proto\x12\tidmint.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x86\x01\n" +
+	"\x15idmint/v1/admin.proto\x12\tidmint.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xad\x01\n" +
 	"\x03Tag\x12\x17\n" +
 	"\abiz_tag\x18\x01 \x01(\tR\x06bizTag\x12\x15\n" +
 	"\x06max_id\x18\x02 \x01(\x03R\x05maxId\x12\x12\n" +
 	"\x04step\x18\x03 \x01(\x03R\x04step\x12\x19\n" +
 	"\bmax_step\x18\x04 \x01(\x03R\amaxStep\x12 \n" +
-	"\vdescription\x18\x05 \x01(\tR\vdescription\"\x11\n" +
+	"\vdescription\x18\x05 \x01(\tR\vdescription\x12%\n" +
+	"\x0erunway_seconds\x18\x06 \x01(\x01R\rrunwaySeconds\"\x11\n" +
 	"\x0fListTagsRequest\"6\n" +
 	"\x10ListTagsResponse\x12\"\n" +
-	"\x04tags\x18\x01 \x03(\v2\x0e.idmint.v1.TagR\x04tags\"\xb2\x01\n" +
+	"\x04tags\x18\x01 \x03(\v2\x0e.idmint.v1.TagR\x04tags\"\xd9\x01\n" +
 	"\x10CreateTagRequest\x12\x17\n" +
 	"\abiz_tag\x18\x01 \x01(\tR\x06bizTag\x12\x17\n" +
 	"\x04step\x18\x02 \x01(\x03H\x00R\x04step\x88\x01\x01\x12\x1e\n" +
 	"\bmax_step\x18\x03 \x01(\x03H\x01R\amaxStep\x88\x01\x01\x12\x14\n" +
 	"\x05start\x18\x04 \x01(\x03R\x05start\x12 \n" +
-	"\vdescription\x18\x05 \x01(\tR\vdescriptionB\a\n" +
+	"\vdescription\x18\x05 \x01(\tR\vdescription\x12%\n" +
+	"\x0erunway_seconds\x18\x06 \x01(\x01R\rrunwaySecondsB\a\n" +
 	"\x05_stepB\v\n" +
 	"\t_max_step\"5\n" +
 	"\x11CreateTagResponse\x12 \n" +
@@ -905,15 +935,17 @@ const file_idmint_v1_admin_proto_rawDesc = "" +
 	"\rGetTagRequest\x12\x17\n" +
 	"\abiz_tag\x18\x01 \x01(\tR\x06bizTag\"2\n" +
 	"\x0eGetTagResponse\x12 \n" +
-	"\x03tag\x18\x01 \x01(\v2\x0e.idmint.v1.TagR\x03tag\"\xb1\x01\n" +
+	"\x03tag\x18\x01 \x01(\v2\x0e.idmint.v1.TagR\x03tag\"\xf0\x01\n" +
 	"\x10UpdateTagRequest\x12\x17\n" +
 	"\abiz_tag\x18\x01 \x01(\tR\x06bizTag\x12\x17\n" +
 	"\x04step\x18\x02 \x01(\x03H\x00R\x04step\x88\x01\x01\x12\x1e\n" +
 	"\bmax_step\x18\x03 \x01(\x03H\x01R\amaxStep\x88\x01\x01\x12%\n" +
-	"\vdescription\x18\x04 \x01(\tH\x02R\vdescription\x88\x01\x01B\a\n" +
+	"\vdescription\x18\x04 \x01(\tH\x02R\vdescription\x88\x01\x01\x12*\n" +
+	"\x0erunway_seconds\x18\x05 \x01(\x01H\x03R\rrunwaySeconds\x88\x01\x01B\a\n" +
 	"\x05_stepB\v\n" +
 	"\t_max_stepB\x0e\n" +
-	"\f_description\"5\n" +
+	"\f_descriptionB\x11\n" +
+	"\x0f_runway_seconds\"5\n" +
 	"\x11UpdateTagResponse\x12 \n" +
 	"\x03tag\x18\x01 \x01(\v2\x0e.idmint.v1.TagR\x03tag\"I\n" +
 	"\x0eBumpTagRequest\x12\x17\n" +
