@@ -39,7 +39,7 @@ type Config struct {
 	// CatalogInterval is how often, at most, the store's list of tags is
 	// read again for a tag that has no buffer (default 500ms): a tag created
 	// anywhere is served within it, and made-up tags cost at most one read
-	// per interval. It applies when the Store is a TagLister.
+	// per interval.
 	CatalogInterval time.Duration
 	Logger          *slog.Logger
 	Now             func() time.Time
@@ -124,8 +124,7 @@ type Allocator struct {
 	hot        atomic.Pointer[segment.Index]
 	misses     atomic.Int64
 	publishing atomic.Bool
-	// catalog knows the store's tag names; nil when the Store is no
-	// TagLister.
+	// catalog knows the store's tag names.
 	catalog *catalog
 }
 
@@ -137,9 +136,7 @@ func New(cfg Config) *Allocator {
 		cfg:  cfg,
 		tags: map[string]*tagState{},
 	}
-	if l, ok := cfg.Store.(TagLister); ok {
-		a.catalog = &catalog{lister: l, interval: cfg.CatalogInterval, timeout: cfg.AttemptTimeout, now: cfg.Now}
-	}
+	a.catalog = &catalog{lister: cfg.Store, interval: cfg.CatalogInterval, timeout: cfg.AttemptTimeout, now: cfg.Now}
 	return a
 }
 
@@ -482,9 +479,9 @@ func (a *Allocator) stats(b *segment.Buffer) segment.Stats {
 func (a *Allocator) Ping(ctx context.Context) error { return a.cfg.Store.Ping(ctx) }
 
 // Close stops every tag's background loads and waits for them. IDs granted
-// but not handed out are abandoned (a gap), except that a Store which is a
-// Returner gets back the unused tail of each tag's newest segment when nobody
-// allocated after it (see giveBack). Next fails with ErrClosed after. ctx
+// but not handed out are abandoned (a gap), except that the Store gets back
+// the unused tail of each tag's newest segment when nobody allocated after
+// it (see giveBack). Next fails with ErrClosed after. ctx
 // bounds the give-backs.
 func (a *Allocator) Close(ctx context.Context) error {
 	a.mu.Lock()
@@ -550,9 +547,12 @@ func (a *Allocator) settlePending(ctx context.Context) {
 func (a *Allocator) closeBuffer(ctx context.Context, tag string, b *segment.Buffer) error {
 	unused := b.Close()
 	var err error
-	if returner, ok := a.cfg.Store.(Returner); ok && len(unused) > 0 {
-		var back segment.Range
-		if back, ok, err = a.giveBack(ctx, returner, tag, unused); ok {
+	if len(unused) > 0 {
+		var (
+			back segment.Range
+			ok   bool
+		)
+		if back, ok, err = a.giveBack(ctx, tag, unused); ok {
 			b.GaveBack(back)
 			unused = leftOf(unused, back.First)
 		}
@@ -582,13 +582,13 @@ func leftOf(ranges []segment.Range, first int64) []segment.Range {
 // if max_id still ends it: then nobody else was granted an ID above its
 // first, and this instance, closed, hands out none of it. Otherwise the IDs
 // stay a gap.
-func (a *Allocator) giveBack(ctx context.Context, returner Returner, tag string, unused []segment.Range) (back segment.Range, ok bool, err error) {
+func (a *Allocator) giveBack(ctx context.Context, tag string, unused []segment.Range) (back segment.Range, ok bool, err error) {
 	r := unused[len(unused)-1]
 	if n := len(unused); n > 1 && unused[n-2].Last+1 == r.First {
 		r.First = unused[n-2].First
 	}
 	log := a.cfg.Logger.With("biz_tag", tag, "first", r.First, "last", r.Last, "count", r.Len())
-	ok, err = returner.GiveBack(ctx, tag, r.First, r.Last)
+	ok, err = a.cfg.Store.GiveBack(ctx, tag, r.First, r.Last)
 	switch {
 	case err != nil:
 		log.Warn("could not give back unused ids; they stay a gap", "err", err)

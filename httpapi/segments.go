@@ -25,7 +25,7 @@ const maxRangeSize = 100_000_000
 // implements it. The server mounts them when its Allocator is one.
 type SegmentGranter interface {
 	GrantRange(ctx context.Context, req allocator.RangeRequest) (allocator.Segment, bool, error)
-	ReturnRange(ctx context.Context, id uuid.UUID, h allocator.Holder, tag string, first, last int64) (bool, error)
+	GiveBackRange(ctx context.Context, id uuid.UUID, h allocator.Holder, tag string, first, last int64) (bool, error)
 }
 
 var _ SegmentGranter = (*allocator.Allocator)(nil)
@@ -159,7 +159,7 @@ func (s *Server) handleGiveBack(w http.ResponseWriter, r *http.Request, g Segmen
 		return
 	}
 	holder := allocator.NewHolder(s.principalOf(r), req.HolderKey)
-	ok, err := g.ReturnRange(r.Context(), id, holder, req.Tag, req.First, req.Last)
+	ok, err := g.GiveBackRange(r.Context(), id, holder, req.Tag, req.First, req.Last)
 	if err != nil {
 		s.WriteError(w, r, err)
 		return

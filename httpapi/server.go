@@ -43,7 +43,7 @@ type Config struct {
 	// thousands of requests per second the log costs more than the ID).
 	AccessLog bool
 	// Replication, when set, reports the database's standbys in
-	// /id/health, /metrics and the dashboard (a *allocator.Postgres is
+	// /id/health, /metrics and the dashboard (a *postgres.Store is
 	// one); nil for a database without replication, such as SQLite.
 	Replication ReplicationSource
 	// Metrics is served at /metrics. Nil makes a new one, whose segment
