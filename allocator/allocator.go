@@ -428,7 +428,7 @@ func (a *Allocator) Stats() []segment.Stats {
 }
 
 // TagStats returns a snapshot of one tag's buffer. It never loads a
-// segment: a tag that is known (see TagLister) but not loaded here yet has
+// segment: a tag that is known (see catalog) but not loaded here yet has
 // stats with only Tag set. It returns ErrUnknownTag for a tag the store
 // does not know.
 func (a *Allocator) TagStats(ctx context.Context, tag string) (segment.Stats, error) {

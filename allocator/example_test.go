@@ -8,7 +8,7 @@ import (
 	"github.com/idmint/idmint/allocator/memstore"
 )
 
-// An allocator embedded in a program. MemStore keeps IDs unique within this
+// An allocator embedded in a program. memstore.Store keeps IDs unique within this
 // process; use postgres.Open for IDs unique across processes.
 func Example() {
 	ctx := context.Background()

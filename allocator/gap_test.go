@@ -18,7 +18,7 @@ import (
 	"github.com/idmint/idmint/internal/testutil"
 )
 
-// stallingStore is a MemStore whose first allocation commits and then
+// stallingStore is a memstore.Store whose first allocation commits and then
 // stalls: until the caller gives up (lost: the reply is lost) or for stall
 // (then it answers). Lookups fail while lookupDown is set. It records every
 // request ID it is sent.

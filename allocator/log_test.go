@@ -37,7 +37,7 @@ func (l *logLines) with(tb testing.TB, msg string) []map[string]any {
 	return out
 }
 
-// replyLoser is a MemStore that loses the reply of its next allocation
+// replyLoser is a memstore.Store that loses the reply of its next allocation
 // after committing it.
 type replyLoser struct {
 	*memstore.Store

@@ -39,7 +39,7 @@ func TestAllocator_GrantRange(t *testing.T) {
 		t.Fatalf("retry = %+v, %v, %v; want %+v again", again, recovered, err, seg)
 	}
 	if ok, err := a.GiveBackRange(ctx, rid, h, "order", 150, 200); err != nil || !ok {
-		t.Fatalf("ReturnRange = %v, %v", ok, err)
+		t.Fatalf("GiveBackRange = %v, %v", ok, err)
 	}
 	// The instance serves its own range, then the next one from 150 up:
 	// never an ID of [101, 149], and no refusal.

@@ -22,7 +22,7 @@ import (
 	"github.com/idmint/idmint/token"
 )
 
-// limitedServer serves the API over a MemStore with the limits and auth
+// limitedServer serves the API over a memstore.Store with the limits and auth
 // given, through HTTPServer, on loopback.
 func limitedServer(t *testing.T, auth httpapi.AuthConfig, limits httpapi.Limits) (*httpapi.Server, string, *memstore.Store) {
 	t.Helper()

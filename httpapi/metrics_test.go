@@ -45,7 +45,7 @@ var exportedMetrics = []string{
 	"idmint_http_request_duration_seconds",
 }
 
-// newMetricsServer is an API over a MemStore with the load hook wired as
+// newMetricsServer is an API over a memstore.Store with the load hook wired as
 // cmd/idmint wires it.
 func newMetricsServer(tb testing.TB) (*httptest.Server, *switchableStore) {
 	tb.Helper()

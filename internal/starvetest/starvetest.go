@@ -71,14 +71,14 @@ func Run(tb testing.TB, callers, each int, step int64, next func(context.Context
 	}
 }
 
-// SlowStore is a MemStore whose allocations take Latency, as a database
+// SlowStore is a memstore.Store whose allocations take Latency, as a database
 // round trip would.
 type SlowStore struct {
 	*memstore.Store
 	Latency time.Duration
 }
 
-// Allocate waits Latency, then allocates from the MemStore.
+// Allocate waits Latency, then allocates from the memstore.Store.
 func (s *SlowStore) Allocate(ctx context.Context, req allocator.Request) (allocator.Segment, error) {
 	t := time.NewTimer(s.Latency)
 	defer t.Stop()
