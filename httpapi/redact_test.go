@@ -112,7 +112,7 @@ func TestRedact_ConnectErrors(t *testing.T) {
 			b := allocator.New(allocator.Config{Store: mem, Instance: "redact", Logger: logger})
 			t.Cleanup(func() { b.Close(context.Background()) })
 			standby := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: b, Instance: "redact", Logger: logger,
-				Replication: waitFailed{connectErr}}))
+				Replication: waitFailed{replicationSource{err: connectErr}}}))
 			t.Cleanup(standby.Close)
 
 			surfaces := map[string]string{}
@@ -268,8 +268,8 @@ func (p preparedLeases) Prepare(ctx context.Context, l snowflake.Layout) error {
 }
 
 // waitFailed is a replication source whose last grant could not be
-// confirmed on the standbys because of err.
-type waitFailed struct{ err error }
+// confirmed on the standbys because of err. It remembers no standby.
+type waitFailed struct{ replicationSource }
 
 func (w waitFailed) ReplicationStatus(context.Context) (postgres.ReplicationStatus, error) {
 	if w.err == nil {

@@ -15,9 +15,11 @@ import (
 	"github.com/idmint/idmint/internal/redact"
 )
 
-// ReplicationSource reports a database's streaming replication.
+// ReplicationSource reports a database's streaming replication, and
+// manages the standbys idmint remembers (StandbyAdmin): a postgres.Store.
 type ReplicationSource interface {
 	ReplicationStatus(ctx context.Context) (postgres.ReplicationStatus, error)
+	StandbyAdmin
 }
 
 var _ ReplicationSource = (*postgres.Store)(nil)
@@ -225,9 +227,9 @@ func (c *replicationCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.heldSeconds, heldSeconds(st.Held, time.Now()))
 }
 
-// StandbyAdmin lists and forgets the standbys idmint remembers (a
-// postgres.Store). The Replication source, when it is one, gets the
-// admin routes GET /v1/standbys and DELETE /v1/standbys/{name}.
+// StandbyAdmin lists and forgets the standbys idmint remembers (part of
+// ReplicationSource): the admin routes GET /v1/standbys and DELETE
+// /v1/standbys/{name}.
 type StandbyAdmin interface {
 	Standbys(ctx context.Context) ([]postgres.StandbyRecord, error)
 	ForgetStandby(ctx context.Context, name string) error
@@ -235,11 +237,11 @@ type StandbyAdmin interface {
 
 var _ StandbyAdmin = (*postgres.Store)(nil)
 
-// mountStandbys adds the standby routes when the replication source can
-// manage them and the admin API is on; they need an admin token.
+// mountStandbys adds the standby routes when there is a replication
+// source and the admin API is on; they need an admin token.
 func (s *Server) mountStandbys(r chi.Router) {
-	sa, ok := s.cfg.Replication.(StandbyAdmin)
-	if !ok || s.cfg.Admin == nil {
+	sa := s.cfg.Replication
+	if sa == nil || s.cfg.Admin == nil {
 		return
 	}
 	admin := r.With(s.requireScope("admin", func(p *principal) bool { return p.admin }))

@@ -25,6 +25,12 @@ func (s replicationSource) ReplicationStatus(context.Context) (postgres.Replicat
 	return s.st, s.err
 }
 
+// Standbys lists none: the fixed status remembers no standby.
+func (replicationSource) Standbys(context.Context) ([]postgres.StandbyRecord, error) { return nil, nil }
+
+// ForgetStandby finds none.
+func (replicationSource) ForgetStandby(context.Context, string) error { return allocator.ErrNotFound }
+
 func TestHealth_Replication(t *testing.T) {
 	base := postgres.ReplicationStatus{Timeline: 1, InitialTimeline: 1, Required: postgres.ReplicasAuto, Ack: postgres.AckFlush}
 	with := func(f func(*postgres.ReplicationStatus)) postgres.ReplicationStatus {

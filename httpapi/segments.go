@@ -21,8 +21,8 @@ const anonymous = "anonymous"
 // a tag's step and max_step. The store bounds it further by the tag's own.
 const maxRangeSize = 100_000_000
 
-// SegmentGranter is what the range endpoints need: allocator.Allocator
-// implements it. The server mounts them when its Allocator is one.
+// SegmentGranter is what the range endpoints need (part of Allocator):
+// allocator.Allocator implements it.
 type SegmentGranter interface {
 	GrantRange(ctx context.Context, req allocator.RangeRequest) (allocator.Segment, bool, error)
 	GiveBackRange(ctx context.Context, id uuid.UUID, h allocator.Holder, tag string, first, last int64) (bool, error)

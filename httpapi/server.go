@@ -22,6 +22,8 @@ type Allocator interface {
 	Stats() []segment.Stats
 	TagStats(ctx context.Context, tag string) (segment.Stats, error)
 	Ping(ctx context.Context) error
+	// SegmentGranter serves the range endpoints, /v1/segments.
+	SegmentGranter
 }
 
 var _ Allocator = (*allocator.Allocator)(nil)
@@ -139,12 +141,10 @@ func NewServer(cfg Config) *Server {
 	if cfg.Snowflake != nil {
 		s.mountSnowflake(r)
 	}
-	if g, ok := cfg.Allocator.(SegmentGranter); ok {
-		// Ranges are IDs: the ID routes' access control, and the token's
-		// scope checked against the body's tag (AuthorizeTag); the ID
-		// limits charged by the handlers, by the IDs granted.
-		r.Mount("/v1/segments", s.idAccess(s.segmentsRouter(g), false))
-	}
+	// Ranges are IDs: the ID routes' access control, and the token's
+	// scope checked against the body's tag (AuthorizeTag); the ID limits
+	// charged by the handlers, by the IDs granted.
+	r.Mount("/v1/segments", s.idAccess(s.segmentsRouter(cfg.Allocator), false))
 	s.router = r
 	return s
 }
