@@ -67,6 +67,19 @@ func TestAllocator_Next(t *testing.T) {
 		}
 	})
 
+	t.Run("a listed tag the store refuses is remembered as unknown", func(t *testing.T) {
+		store := &listingStore{countingStore{Store: memStore(t, "order")}, "nope"}
+		a := newAllocator(t, store, nil)
+		for range 5 {
+			if _, err := a.Next(context.Background(), "nope"); !errors.Is(err, allocator.ErrUnknownTag) {
+				t.Fatalf("err = %v, want ErrUnknownTag", err)
+			}
+		}
+		if n := store.allocs.Load(); n != 1 {
+			t.Fatalf("store saw %d allocations for an unknown tag, want 1 (cached)", n)
+		}
+	})
+
 	t.Run("invalid tag never reaches the store", func(t *testing.T) {
 		store := &countingStore{Store: memStore(t)}
 		a := newAllocator(t, store, nil)
@@ -207,6 +220,18 @@ type countingStore struct {
 func (s *countingStore) Allocate(ctx context.Context, req allocator.Request) (allocator.Segment, error) {
 	s.allocs.Add(1)
 	return s.Store.Allocate(ctx, req)
+}
+
+// listingStore lists a tag it does not have, as a catalog read just
+// before the tag's row went away would.
+type listingStore struct {
+	countingStore
+	ghost string
+}
+
+func (s *listingStore) Tags(ctx context.Context) ([]allocator.Tag, error) {
+	tags, err := s.countingStore.Tags(ctx)
+	return append(tags, allocator.Tag{Name: s.ghost}), err
 }
 
 // lossyStore commits allocations but loses some replies, as a connection
