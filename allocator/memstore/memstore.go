@@ -16,7 +16,7 @@ var _ allocator.Store = (*Store)(nil)
 // postgres store. IDs are unique only for as long as the Store lives: use
 // it in tests, or in a program that needs IDs unique within one process.
 type Store struct {
-	mu       sync.Mutex // protects tags, requests and returned
+	mu       sync.Mutex // protects tags, requests, returned and tokens
 	tags     map[string]*allocator.Tag
 	requests map[uuid.UUID]allocator.Segment
 	// returned holds where the give-back of a request's range started

@@ -12,9 +12,9 @@ import (
 
 var _ allocator.Store = (*Store)(nil)
 
-// Store is the production allocator.Store: one row per tag in idmint_tags holds the
-// high-water mark, and idmint_segments logs every granted segment by request
-// ID.
+// Store is the production allocator.Store: one row per tag in idmint_tags
+// holds the high-water mark, and idmint_segments logs every granted segment
+// by request ID.
 type Store struct {
 	pool *pgxpool.Pool
 	repl *replicator // confirms grants on the standbys before they are served
