@@ -2,19 +2,14 @@ package allocator
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+	"unicode/utf8"
 )
 
-var _ Admin = (*Postgres)(nil)
-
 // Admin manages a store's tags: what `idmint tag` and an operator need.
-// Postgres, SQLite and MemStore implement it.
+// Every Store is one; so is the admin client of `idmint tag --server`.
 type Admin interface {
 	// CreateTag adds a tag. It returns ErrExists if the tag exists.
 	CreateTag(ctx context.Context, spec TagSpec) (Tag, error)
@@ -55,9 +50,10 @@ type TagSpec struct {
 	Description string
 }
 
-// withDefaults fills spec's defaults and checks it against the bounds the
-// schemas enforce, so every store refuses the same specs with the same words.
-func (spec TagSpec) withDefaults() (TagSpec, error) {
+// WithDefaults fills spec's defaults and checks it against the bounds the
+// schemas enforce, so every store refuses the same specs with the same
+// words. A store's CreateTag calls it first.
+func (spec TagSpec) WithDefaults() (TagSpec, error) {
 	if err := ValidateTag(spec.Name); err != nil {
 		return TagSpec{}, err
 	}
@@ -67,7 +63,7 @@ func (spec TagSpec) withDefaults() (TagSpec, error) {
 	if spec.Start == 0 {
 		spec.Start = 1
 	}
-	if err := checkSteps(spec.Step, spec.MaxStep); err != nil {
+	if err := CheckSteps(spec.Step, spec.MaxStep); err != nil {
 		return TagSpec{}, err
 	}
 	if spec.Start < 1 {
@@ -76,119 +72,18 @@ func (spec TagSpec) withDefaults() (TagSpec, error) {
 	if top := lastStart(spec.Step); spec.Start > top {
 		return TagSpec{}, fmt.Errorf("%w: start %d: leaves no room for one segment of step %d below 2^63-1: at most %d", ErrInvalidSpec, spec.Start, spec.Step, top)
 	}
-	if err := checkDescription(spec.Description); err != nil {
+	if err := CheckDescription(spec.Description); err != nil {
 		return TagSpec{}, err
 	}
-	if err := checkRunway(spec.Runway); err != nil {
+	if err := CheckRunway(spec.Runway); err != nil {
 		return TagSpec{}, err
 	}
 	return spec, nil
 }
 
-// CreateTag implements Admin.
-func (p *Postgres) CreateTag(ctx context.Context, spec TagSpec) (Tag, error) {
-	spec, err := spec.withDefaults()
-	if err != nil {
-		return Tag{}, err
-	}
-	t, err := scanTag(p.pool.QueryRow(ctx, `
-INSERT INTO idmint_tags (biz_tag, max_id, step, max_step, description, runway_ms)
-VALUES ($1, $2, $3, NULLIF($4, 0), $5, $6)
-RETURNING `+tagColumns, spec.Name, spec.Start-1, spec.Step, spec.MaxStep, spec.Description, spec.Runway.Milliseconds()))
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
-		return Tag{}, fmt.Errorf("%w: %q", ErrExists, spec.Name)
-	}
-	return t, err
-}
-
-// Tags implements Admin.
-func (p *Postgres) Tags(ctx context.Context) ([]Tag, error) {
-	rows, err := p.pool.Query(ctx, `SELECT `+tagColumns+` FROM idmint_tags ORDER BY biz_tag`)
-	if err != nil {
-		return nil, fmt.Errorf("list tags: %w", err)
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Tag, error) { return scanTag(row) })
-}
-
-// SetStep implements Admin.
-func (p *Postgres) SetStep(ctx context.Context, name string, step, maxStep int64) (Tag, error) {
-	if err := checkSteps(step, maxStep); err != nil {
-		return Tag{}, err
-	}
-	return p.updateTag(ctx, name, `step = $2, max_step = NULLIF($3, 0)`, step, maxStep)
-}
-
-// SetRunway implements Admin.
-func (p *Postgres) SetRunway(ctx context.Context, name string, runway time.Duration) (Tag, error) {
-	if err := checkRunway(runway); err != nil {
-		return Tag{}, err
-	}
-	return p.updateTag(ctx, name, `runway_ms = $2`, runway.Milliseconds())
-}
-
-// Bump implements Admin. One statement raises max_id, and only if that
-// raises it; otherwise the tag is read to say why nothing changed.
-func (p *Postgres) Bump(ctx context.Context, name string, to, by int64) (Tag, error) {
-	if err := checkBump(to, by); err != nil {
-		return Tag{}, err
-	}
-	t, err := scanTag(p.pool.QueryRow(ctx, `
-UPDATE idmint_tags
-SET max_id = CASE WHEN $2::bigint > 0 THEN $2::bigint ELSE max_id + $3::bigint END, updated_at = now()
-WHERE biz_tag = $1
-  AND (($2::bigint > 0 AND max_id < $2::bigint AND $2::bigint <= 9223372036854775807 - step)
-    OR ($2::bigint = 0 AND max_id <= 9223372036854775807 - step - $3::bigint))
-RETURNING `+tagColumns, name, to, by))
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return t, err
-	}
-	cur, err := scanTag(p.pool.QueryRow(ctx, `SELECT `+tagColumns+` FROM idmint_tags WHERE biz_tag = $1`, name))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Tag{}, fmt.Errorf("%w: %q", ErrUnknownTag, name)
-	}
-	if err != nil {
-		return Tag{}, err
-	}
-	_, err = bumped(cur, to, by)
-	return cur, err
-}
-
-func (p *Postgres) updateTag(ctx context.Context, name, set string, args ...any) (Tag, error) {
-	t, err := scanTag(p.pool.QueryRow(ctx,
-		`UPDATE idmint_tags SET `+set+`, updated_at = now() WHERE biz_tag = $1 RETURNING `+tagColumns,
-		append([]any{name}, args...)...))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Tag{}, fmt.Errorf("%w: %q", ErrUnknownTag, name)
-	}
-	return t, err
-}
-
-const tagColumns = `biz_tag, max_id, step, COALESCE(max_step, 0), description, runway_ms`
-
-// rowScanner is a row of pgx or database/sql.
-type rowScanner interface{ Scan(dest ...any) error }
-
-func scanTag(row rowScanner) (Tag, error) {
-	var t Tag
-	var runwayMS int64
-	if err := row.Scan(&t.Name, &t.MaxID, &t.Step, &t.MaxStep, &t.Description, &runwayMS); err != nil {
-		return Tag{}, err
-	}
-	t.Runway = time.Duration(runwayMS) * time.Millisecond
-	return t, nil
-}
-
-// checkRunway refuses a runway out of the schemas' bounds, or finer than
-// the millisecond they store.
-func checkRunway(runway time.Duration) error {
-	if runway < 0 || runway > MaxRunway || runway%time.Millisecond != 0 {
-		return fmt.Errorf("%w: runway %v: must be between 0 and %v, in whole milliseconds", ErrInvalidSpec, runway, MaxRunway)
-	}
-	return nil
-}
-
-func checkSteps(step, maxStep int64) error {
+// CheckSteps checks a tag's step and max_step (0: unset) against the
+// bounds the schemas enforce (ErrInvalidSpec).
+func CheckSteps(step, maxStep int64) error {
 	const limit = 100_000_000 // the schema's CHECK
 	if step < 1 || step > limit {
 		return fmt.Errorf("%w: step %d: must be between 1 and %d", ErrInvalidSpec, step, limit)
@@ -199,7 +94,9 @@ func checkSteps(step, maxStep int64) error {
 	return nil
 }
 
-func checkBump(to, by int64) error {
+// CheckBump checks a Bump's arguments: exactly one of to and by, positive
+// (ErrInvalidSpec).
+func CheckBump(to, by int64) error {
 	if to < 0 || by < 0 || (to == 0) == (by == 0) {
 		return fmt.Errorf("%w: bump: give exactly one of to or by, positive", ErrInvalidSpec)
 	}
@@ -210,11 +107,11 @@ func checkBump(to, by int64) error {
 // step below 2^63-1 (step is at least 1).
 func lastStart(step int64) int64 { return math.MaxInt64 - step + 1 }
 
-// bumped returns the max_id a Bump of t sets. It returns ErrNotRaised when
+// Bumped returns the max_id a Bump of t sets. It returns ErrNotRaised when
 // to does not raise t's max_id, and an error wrapping ErrInvalidSpec and
 // ErrExhausted when the new max_id would leave no room for one segment of
 // the tag's step below 2^63-1: such a bump would end the tag, not repair it.
-func bumped(t Tag, to, by int64) (int64, error) {
+func Bumped(t Tag, to, by int64) (int64, error) {
 	top := lastStart(t.Step) - 1 // the highest max_id with room for a segment
 	if to > 0 {
 		if to <= t.MaxID {
@@ -229,4 +126,22 @@ func bumped(t Tag, to, by int64) (int64, error) {
 		return 0, fmt.Errorf("%w: bump by %d: leaves no room for one segment of step %d below 2^63-1: at most %d from max_id %d (%w)", ErrInvalidSpec, by, t.Step, max(top-t.MaxID, 0), t.MaxID, ErrExhausted)
 	}
 	return t.MaxID + by, nil
+}
+
+// CheckDescription bounds a description as the schemas do
+// (ErrInvalidSpec).
+func CheckDescription(d string) error {
+	if n := utf8.RuneCountInString(d); n > 1000 {
+		return fmt.Errorf("%w: description: %d characters, at most 1000", ErrInvalidSpec, n)
+	}
+	return nil
+}
+
+// CheckRunway refuses a runway out of the schemas' bounds, or finer than
+// the millisecond they store.
+func CheckRunway(runway time.Duration) error {
+	if runway < 0 || runway > MaxRunway || runway%time.Millisecond != 0 {
+		return fmt.Errorf("%w: runway %v: must be between 0 and %v, in whole milliseconds", ErrInvalidSpec, runway, MaxRunway)
+	}
+	return nil
 }

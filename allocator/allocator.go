@@ -35,7 +35,7 @@ type Config struct {
 	// CatalogInterval is how often, at most, the store's list of tags is
 	// read again for a tag that has no buffer (default 500ms): a tag created
 	// anywhere is served within it, and made-up tags cost at most one read
-	// per interval. It applies when the Store is a TagLister.
+	// per interval.
 	CatalogInterval time.Duration
 	Logger          *slog.Logger
 	Now             func() time.Time
@@ -69,8 +69,7 @@ type Allocator struct {
 	// keeps each tag's floor, unsettled requests, gaps and why a tag has
 	// no buffer.
 	set *segment.Set
-	// catalog knows the store's tag names; nil when the Store is no
-	// TagLister.
+	// catalog knows the store's tag names.
 	catalog *catalog
 }
 
@@ -92,10 +91,8 @@ func New(cfg Config) *Allocator {
 	if r := cfg.LogRetention; r > 0 {
 		sc.ResumeWithin = r / 2
 	}
-	if l, ok := cfg.Store.(TagLister); ok {
-		a.catalog = &catalog{lister: l, interval: cfg.CatalogInterval, timeout: cfg.AttemptTimeout, now: cfg.Now}
-		sc.Check = a.known
-	}
+	a.catalog = &catalog{lister: cfg.Store, interval: cfg.CatalogInterval, timeout: cfg.AttemptTimeout, now: cfg.Now}
+	sc.Check = a.known
 	a.set = segment.NewSet(sc)
 	return a
 }
@@ -161,7 +158,7 @@ func closedErr(err error) error {
 func (a *Allocator) Stats() []segment.Stats { return a.set.Stats() }
 
 // TagStats returns a snapshot of one tag's buffer. It never loads a
-// segment: a tag that is known (see TagLister) but not loaded here yet has
+// segment: a tag that is known (see catalog) but not loaded here yet has
 // stats with only Tag set. It returns ErrUnknownTag for a tag the store
 // does not know.
 func (a *Allocator) TagStats(ctx context.Context, tag string) (segment.Stats, error) {

@@ -14,6 +14,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
+	"github.com/idmint/idmint/internal/storetest"
 	"github.com/idmint/idmint/segment"
 )
 
@@ -21,26 +23,12 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 
 func newAllocator(tb testing.TB, store allocator.Store, mod func(*allocator.Config)) *allocator.Allocator {
 	tb.Helper()
-	cfg := allocator.Config{
-		Store:    store,
-		Logger:   quiet(),
-		RetryMin: time.Millisecond,
-		RetryMax: 5 * time.Millisecond,
-		// Generous: the uniqueness runs saturate 2 cores with -race, and
-		// a bounded wait running out there is load, not a defect.
-		Segment: segment.Config{WaitTimeout: 30 * time.Second, LoadTimeout: 10 * time.Second},
-	}
-	if mod != nil {
-		mod(&cfg)
-	}
-	a := allocator.New(cfg)
-	tb.Cleanup(func() { a.Close(context.Background()) })
-	return a
+	return storetest.NewAllocator(tb, store, mod)
 }
 
-func memStore(tb testing.TB, tags ...string) *allocator.MemStore {
+func memStore(tb testing.TB, tags ...string) *memstore.Store {
 	tb.Helper()
-	m := allocator.NewMemStore()
+	m := memstore.New()
 	for _, tag := range tags {
 		if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: tag, Step: 10}); err != nil {
 			tb.Fatal(err)
@@ -64,6 +52,23 @@ func TestAllocator_Next(t *testing.T) {
 
 	t.Run("unknown tag", func(t *testing.T) {
 		store := &countingStore{Store: memStore(t, "order")}
+		a := newAllocator(t, store, func(c *allocator.Config) { c.CatalogInterval = time.Hour })
+		for range 5 {
+			if _, err := a.Next(context.Background(), "nope"); !errors.Is(err, allocator.ErrUnknownTag) {
+				t.Fatalf("err = %v, want ErrUnknownTag", err)
+			}
+		}
+		// The store's tag catalog answers: one read, no allocation.
+		if n, reads := store.allocs.Load(), a.CatalogReads(); n != 0 || reads != 1 {
+			t.Fatalf("store saw %d allocations and %d catalog reads for an unknown tag, want 0 and 1", n, reads)
+		}
+		if len(a.Stats()) != 0 {
+			t.Fatalf("an unknown tag left a buffer behind")
+		}
+	})
+
+	t.Run("a listed tag the store refuses is remembered as unknown", func(t *testing.T) {
+		store := &listingStore{countingStore{Store: memStore(t, "order")}, "nope"}
 		a := newAllocator(t, store, nil)
 		for range 5 {
 			if _, err := a.Next(context.Background(), "nope"); !errors.Is(err, allocator.ErrUnknownTag) {
@@ -72,9 +77,6 @@ func TestAllocator_Next(t *testing.T) {
 		}
 		if n := store.allocs.Load(); n != 1 {
 			t.Fatalf("store saw %d allocations for an unknown tag, want 1 (cached)", n)
-		}
-		if len(a.Stats()) != 0 {
-			t.Fatalf("an unknown tag left a buffer behind")
 		}
 	})
 
@@ -92,7 +94,7 @@ func TestAllocator_Next(t *testing.T) {
 	})
 
 	t.Run("exhausted tag", func(t *testing.T) {
-		m := allocator.NewMemStore()
+		m := memstore.New()
 		if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "big", Step: 10, Start: 1<<63 - 15}); err != nil {
 			t.Fatal(err)
 		}
@@ -120,12 +122,12 @@ func TestAllocator_Next(t *testing.T) {
 // lost. The allocator must find the committed range by its request ID
 // instead of allocating a second one.
 func TestAllocator_LostReply(t *testing.T) {
-	m := allocator.NewMemStore()
+	m := memstore.New()
 	// step = max_step: the 100 IDs cross ten ranges, the first three lost.
 	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: 10, MaxStep: 10}); err != nil {
 		t.Fatal(err)
 	}
-	store := &lossyStore{MemStore: m, loseAfterCommit: 3}
+	store := &lossyStore{Store: m, loseAfterCommit: 3}
 	a := newAllocator(t, store, nil)
 	ids, err := a.NextN(context.Background(), "order", 100)
 	if err != nil {
@@ -150,7 +152,7 @@ func TestAllocator_LostReply(t *testing.T) {
 // same request ID and serve the range it committed.
 func TestAllocator_UnsettledRequestResumes(t *testing.T) {
 	m := memStore(t, "order")
-	store := &lossyStore{MemStore: m, loseAfterCommit: 1}
+	store := &lossyStore{Store: m, loseAfterCommit: 1}
 	store.down.Store(true) // every call after the first commit fails
 	a := newAllocator(t, store, func(c *allocator.Config) {
 		c.Segment.LoadTimeout = 30 * time.Millisecond
@@ -178,7 +180,7 @@ func TestAllocator_UnsettledRequestResumes(t *testing.T) {
 
 func TestAllocator_Concurrent(t *testing.T) {
 	m := memStore(t, "a", "b")
-	store := &lossyStore{MemStore: m, loseEvery: 7}
+	store := &lossyStore{Store: m, loseEvery: 7}
 	var all sync.Map
 	var wg sync.WaitGroup
 	for inst := range 4 {
@@ -220,10 +222,22 @@ func (s *countingStore) Allocate(ctx context.Context, req allocator.Request) (al
 	return s.Store.Allocate(ctx, req)
 }
 
+// listingStore lists a tag it does not have, as a catalog read just
+// before the tag's row went away would.
+type listingStore struct {
+	countingStore
+	ghost string
+}
+
+func (s *listingStore) Tags(ctx context.Context) ([]allocator.Tag, error) {
+	tags, err := s.countingStore.Tags(ctx)
+	return append(tags, allocator.Tag{Name: s.ghost}), err
+}
+
 // lossyStore commits allocations but loses some replies, as a connection
 // that drops after COMMIT would.
 type lossyStore struct {
-	*allocator.MemStore
+	*memstore.Store
 	loseAfterCommit int64 // lose the replies of the first N allocations
 	loseEvery       int64 // and of every Nth allocation after that
 	down            atomic.Bool
@@ -241,7 +255,7 @@ func (s *lossyStore) Allocate(ctx context.Context, req allocator.Request) (alloc
 	if n > 1 && s.down.Load() {
 		return allocator.Segment{}, errLost
 	}
-	seg, err := s.MemStore.Allocate(ctx, req)
+	seg, err := s.Store.Allocate(ctx, req)
 	if err != nil {
 		return seg, err
 	}
@@ -260,7 +274,7 @@ func (s *lossyStore) Lookup(ctx context.Context, id uuid.UUID) (allocator.Segmen
 	if s.down.Load() {
 		return allocator.Segment{}, errLost
 	}
-	return s.MemStore.Lookup(ctx, id)
+	return s.Store.Lookup(ctx, id)
 }
 
 // Tags fails while the store is down, as every read of an unreachable
@@ -270,7 +284,7 @@ func (s *lossyStore) Tags(ctx context.Context) ([]allocator.Tag, error) {
 	if s.tagsDown.Load() {
 		return nil, errLost
 	}
-	return s.MemStore.Tags(ctx)
+	return s.Store.Tags(ctx)
 }
 
 func (s *lossyStore) firstRequest() uuid.UUID {
@@ -287,7 +301,7 @@ func (s *lossyStore) firstRequest() uuid.UUID {
 // keeps its buffer.
 func TestAllocator_OutageKeepsNoBuffers(t *testing.T) {
 	m := memStore(t, "order")
-	store := &lossyStore{MemStore: m}
+	store := &lossyStore{Store: m}
 	base := time.Now()
 	var offset atomic.Int64
 	a := newAllocator(t, store, func(c *allocator.Config) {
@@ -330,7 +344,7 @@ func TestAllocator_OutageKeepsNoBuffers(t *testing.T) {
 // stranger who read the request ID in the instance's log ("reply lost; will
 // look the request up") claims it through the range API first.
 type claimingStore struct {
-	*allocator.MemStore
+	*memstore.Store
 	mu      sync.Mutex
 	claimed allocator.Segment
 }
@@ -342,14 +356,14 @@ func (s *claimingStore) Allocate(ctx context.Context, req allocator.Request) (al
 		stranger := req
 		stranger.Instance = "stranger/client"
 		stranger.Holder = allocator.NewHolder("anonymous", "a-stranger's-own-holder-key")
-		seg, err := s.MemStore.Allocate(ctx, stranger)
+		seg, err := s.Store.Allocate(ctx, stranger)
 		if err != nil {
 			return seg, err
 		}
 		s.claimed = seg
 		return allocator.Segment{}, errLost // the instance's own attempt: nothing committed
 	}
-	return s.MemStore.Allocate(ctx, req)
+	return s.Store.Allocate(ctx, req)
 }
 
 // TestAllocator_RequestIDClaimedByStranger: an instance's request ID, read
@@ -358,11 +372,11 @@ func (s *claimingStore) Allocate(ctx context.Context, req allocator.Request) (al
 // caller's range (it would hand those IDs out twice), and go on with a new
 // request.
 func TestAllocator_RequestIDClaimedByStranger(t *testing.T) {
-	m := allocator.NewMemStore()
+	m := memstore.New()
 	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: 10, MaxStep: 10}); err != nil {
 		t.Fatal(err)
 	}
-	store := &claimingStore{MemStore: m}
+	store := &claimingStore{Store: m}
 	a := newAllocator(t, store, nil)
 	ids, err := a.NextN(context.Background(), "order", 10)
 	if err != nil {

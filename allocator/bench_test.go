@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
 )
 
 // BenchmarkAllocator_Next measures Next on a warm tag from every
@@ -42,7 +43,7 @@ func BenchmarkAllocator_Next(b *testing.B) {
 // have served one ID each.
 func warmAllocator(tb testing.TB, tags ...string) *allocator.Allocator {
 	tb.Helper()
-	m := allocator.NewMemStore()
+	m := memstore.New()
 	for _, tag := range tags {
 		if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: tag, Step: 1_000_000}); err != nil {
 			tb.Fatal(err)

@@ -9,13 +9,6 @@ import (
 	"github.com/idmint/idmint/segment"
 )
 
-// TagLister lists a store's tags. Postgres, SQLite and MemStore implement
-// it (as part of Admin). An allocator whose Store is a TagLister keeps a
-// catalog of tag names: see catalog.
-type TagLister interface {
-	Tags(ctx context.Context) ([]Tag, error)
-}
-
 // catalog is the set of tag names the store knows, as last read. It answers
 // "is this a tag?" for a tag that has no buffer yet, so that requests for
 // made-up names are answered from memory: whatever the number of names, the
@@ -23,7 +16,7 @@ type TagLister interface {
 // created anywhere is seen within one interval. A name already in the
 // catalog needs no read at all: tags are never deleted.
 type catalog struct {
-	lister   TagLister
+	lister   Admin // reads Tags
 	interval time.Duration
 	timeout  time.Duration
 	now      func() time.Time

@@ -18,7 +18,7 @@ import (
 // never allocates.
 func TestAllocator_Catalog(t *testing.T) {
 	m := memStore(t, "order")
-	store := &lossyStore{MemStore: m}
+	store := &lossyStore{Store: m}
 	base := time.Now()
 	var offset atomic.Int64
 	a := newAllocator(t, store, func(c *allocator.Config) {

@@ -5,13 +5,14 @@ import (
 	"fmt"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
 )
 
-// An allocator embedded in a program. MemStore keeps IDs unique within this
-// process; use allocator.OpenPostgres for IDs unique across processes.
+// An allocator embedded in a program. memstore.Store keeps IDs unique within this
+// process; use postgres.Open for IDs unique across processes.
 func Example() {
 	ctx := context.Background()
-	store := allocator.NewMemStore()
+	store := memstore.New()
 	if _, err := store.CreateTag(ctx, allocator.TagSpec{Name: "order", Step: 100, Start: 1000}); err != nil {
 		panic(err)
 	}

@@ -14,15 +14,16 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/internal/testutil"
 )
 
-// stallingStore is a MemStore whose first allocation commits and then
+// stallingStore is a memstore.Store whose first allocation commits and then
 // stalls: until the caller gives up (lost: the reply is lost) or for stall
 // (then it answers). Lookups fail while lookupDown is set. It records every
 // request ID it is sent.
 type stallingStore struct {
-	*allocator.MemStore
+	*memstore.Store
 	lost       bool          // the stalled reply is lost when the caller gives up
 	stall      time.Duration // otherwise the reply comes after stall
 	lookupDown atomic.Bool
@@ -51,7 +52,7 @@ func (s *stallingStore) times(id uuid.UUID) int {
 func (s *stallingStore) Allocate(ctx context.Context, req allocator.Request) (allocator.Segment, error) {
 	s.record(req.ID)
 	s.calls.Add(1)
-	seg, err := s.MemStore.Allocate(ctx, req)
+	seg, err := s.Store.Allocate(ctx, req)
 	s.mu.Lock()
 	isFirst := s.first == uuid.Nil
 	if isFirst {
@@ -76,7 +77,7 @@ func (s *stallingStore) Lookup(ctx context.Context, id uuid.UUID) (allocator.Seg
 	if s.lookupDown.Load() {
 		return allocator.Segment{}, fmt.Errorf("%w: connection reset", allocator.ErrAmbiguous)
 	}
-	return s.MemStore.Lookup(ctx, id)
+	return s.Store.Lookup(ctx, id)
 }
 
 // TestAllocator_DroppedFirstLoad: a tag's first load commits but hangs, the
@@ -99,7 +100,7 @@ func TestAllocator_DroppedFirstLoad(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			store := c.store
-			store.MemStore = memStore(t, "order")
+			store.Store = memStore(t, "order")
 			store.lookupDown.Store(true)
 			var logs logLines
 			a := newAllocator(t, store, func(cfg *allocator.Config) {
@@ -162,7 +163,7 @@ func TestAllocator_DroppedFirstLoad(t *testing.T) {
 // lost, and lookups cannot see it (a replica or a pooler behind): the load
 // must pause between attempts, not hammer the store.
 func TestAllocator_GrantedButNotVisible(t *testing.T) {
-	store := &invisibleStore{MemStore: memStore(t, "order")}
+	store := &invisibleStore{Store: memStore(t, "order")}
 	a := newAllocator(t, store, func(c *allocator.Config) {
 		c.RetryMin, c.RetryMax = 10*time.Millisecond, 10*time.Millisecond
 		c.Jitter = func(d time.Duration) time.Duration { return d }
@@ -183,13 +184,13 @@ func TestAllocator_GrantedButNotVisible(t *testing.T) {
 // invisibleStore commits allocations, loses the second reply, and never
 // finds a request by lookup.
 type invisibleStore struct {
-	*allocator.MemStore
+	*memstore.Store
 	calls atomic.Int64
 }
 
 func (s *invisibleStore) Allocate(ctx context.Context, req allocator.Request) (allocator.Segment, error) {
 	second := s.calls.Add(1) == 2
-	seg, err := s.MemStore.Allocate(ctx, req)
+	seg, err := s.Store.Allocate(ctx, req)
 	if second && err == nil {
 		return allocator.Segment{}, fmt.Errorf("%w: connection reset", allocator.ErrAmbiguous)
 	}
@@ -208,7 +209,7 @@ func TestAllocator_PendingExpires(t *testing.T) {
 	var now atomic.Int64
 	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
 	clock := func() time.Time { return time.Unix(0, now.Load()) }
-	store := &stallingStore{MemStore: memStore(t, "order"), lost: true}
+	store := &stallingStore{Store: memStore(t, "order"), lost: true}
 	store.lookupDown.Store(true)
 	var logs logLines
 	a := newAllocator(t, store, func(c *allocator.Config) {
@@ -262,7 +263,7 @@ func TestAllocator_NextNBounds(t *testing.T) {
 // looked up once; its committed range is logged and counted as abandoned.
 func TestAllocator_CloseSettlesPending(t *testing.T) {
 	m := memStore(t, "order")
-	store := &lossyStore{MemStore: m, loseAfterCommit: 1}
+	store := &lossyStore{Store: m, loseAfterCommit: 1}
 	store.down.Store(true)
 	var logs logLines
 	a := newAllocator(t, store, func(c *allocator.Config) {

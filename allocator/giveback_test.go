@@ -5,10 +5,11 @@ import (
 	"testing"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/segment"
 )
 
-func maxIDOf(tb testing.TB, m *allocator.MemStore, tag string) int64 {
+func maxIDOf(tb testing.TB, m *memstore.Store, tag string) int64 {
 	tb.Helper()
 	tags, err := m.Tags(context.Background())
 	if err != nil {
@@ -75,7 +76,7 @@ func TestAllocator_CloseGivesBack(t *testing.T) {
 // is counted.
 func TestAllocator_RollbackRepaired(t *testing.T) {
 	ctx := context.Background()
-	m := allocator.NewMemStore()
+	m := memstore.New()
 	if _, err := m.CreateTag(ctx, allocator.TagSpec{Name: "order", Step: 10, MaxStep: 10}); err != nil {
 		t.Fatal(err)
 	}

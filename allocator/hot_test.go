@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/segment"
 )
 
@@ -55,7 +56,7 @@ func TestAllocator_HotTags(t *testing.T) {
 // flakyTagStore answers "unknown tag" for one tag while gone is set, as a
 // store whose tag was deleted.
 type flakyTagStore struct {
-	*allocator.MemStore
+	*memstore.Store
 	gone atomic.Bool
 }
 
@@ -63,14 +64,14 @@ func (s *flakyTagStore) Allocate(ctx context.Context, req allocator.Request) (al
 	if s.gone.Load() {
 		return allocator.Segment{}, fmt.Errorf("%w: %q", allocator.ErrUnknownTag, req.Tag)
 	}
-	return s.MemStore.Allocate(ctx, req)
+	return s.Store.Allocate(ctx, req)
 }
 
 // TestAllocator_HotTagForgotten checks that a warm tag whose buffer is
 // dropped (its tag went unknown) leaves the lock-free copy at once: once the
 // tag is known again it gets a new buffer, not the closed one.
 func TestAllocator_HotTagForgotten(t *testing.T) {
-	store := &flakyTagStore{MemStore: memStore(t, "order")}
+	store := &flakyTagStore{Store: memStore(t, "order")}
 	var now atomic.Int64
 	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
 	a := newAllocator(t, store, func(c *allocator.Config) {
@@ -124,7 +125,7 @@ func TestAllocator_MemoryPerTag(t *testing.T) {
 		t.Skip("warms 10,000 tags")
 	}
 	const tags = 10_000
-	m := allocator.NewMemStore()
+	m := memstore.New()
 	names := make([]string, tags)
 	for i := range names {
 		names[i] = fmt.Sprintf("tag%05d", i)

@@ -72,15 +72,11 @@ func (g storeGranter) Lookup(ctx context.Context, req segment.Request) (segment.
 	return segment.Grant{}, err
 }
 
-// GiveBack gives r back when the Store is a Returner: only if max_id still
-// ends it, so that nobody else was granted an ID above its first, and this
-// instance, closing, hands out none of it.
+// GiveBack gives r back to the store: only if max_id still ends it, so
+// that nobody else was granted an ID above its first, and this instance,
+// closing, hands out none of it.
 func (g storeGranter) GiveBack(ctx context.Context, req segment.Request, r segment.Range) (bool, error) {
-	returner, ok := g.a.cfg.Store.(Returner)
-	if !ok {
-		return false, nil
-	}
-	return returner.GiveBack(ctx, req.Tag, r.First, r.Last)
+	return g.a.cfg.Store.GiveBack(ctx, req.Tag, r.First, r.Last)
 }
 
 func (a *Allocator) allocate(ctx context.Context, req Request) (Segment, error) {

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/internal/testlog"
 	"github.com/idmint/idmint/segment"
 )
@@ -36,15 +37,15 @@ func (l *logLines) with(tb testing.TB, msg string) []map[string]any {
 	return out
 }
 
-// replyLoser is a MemStore that loses the reply of its next allocation
+// replyLoser is a memstore.Store that loses the reply of its next allocation
 // after committing it.
 type replyLoser struct {
-	*allocator.MemStore
+	*memstore.Store
 	loseNext atomic.Bool
 }
 
 func (s *replyLoser) Allocate(ctx context.Context, req allocator.Request) (allocator.Segment, error) {
-	seg, err := s.MemStore.Allocate(ctx, req)
+	seg, err := s.Store.Allocate(ctx, req)
 	if err == nil && s.loseNext.CompareAndSwap(true, false) {
 		return allocator.Segment{}, fmt.Errorf("%w: connection reset", allocator.ErrAmbiguous)
 	}
@@ -56,11 +57,11 @@ func (s *replyLoser) Allocate(ctx context.Context, req allocator.Request) (alloc
 // one for every recovered or abandoned range and every repaired rollback.
 func TestAllocator_Logs(t *testing.T) {
 	ctx := context.Background()
-	m := allocator.NewMemStore()
+	m := memstore.New()
 	if _, err := m.CreateTag(ctx, allocator.TagSpec{Name: "order", Step: 10}); err != nil {
 		t.Fatal(err)
 	}
-	store := &replyLoser{MemStore: m}
+	store := &replyLoser{Store: m}
 	var logs logLines
 	a := allocator.New(allocator.Config{
 		Store: store, Logger: slog.New(slog.NewJSONHandler(&logs, nil)),

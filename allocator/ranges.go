@@ -2,37 +2,15 @@ package allocator
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 )
 
 // ErrRequestConflict means a caller's request ID was already granted, for
 // another tag: request IDs must be unique, whatever the tag.
 var ErrRequestConflict = errors.New("request_id already used for another biz_tag")
-
-// RangeReturner is implemented by stores that can take back the unused tail
-// of a range granted to a caller's request ID (see Allocator.ReturnRange).
-type RangeReturner interface {
-	// GiveBackRange lowers the tag's max_id to first-1, but only if request
-	// id is held by h (the same principal and holder key hash; an
-	// instance's segment is held by nobody), [first, last] is the tail of
-	// the range granted to it, max_id is still last, and no other request
-	// was ever granted an ID at or above first; the holder is checked in
-	// the same atomic step as the rest. It reports whether it did; false is
-	// no error. A request held by another (or by an instance) is
-	// ErrNotHolder, and changes nothing.
-	GiveBackRange(ctx context.Context, id uuid.UUID, h Holder, tag string, first, last int64) (bool, error)
-}
-
-var (
-	_ RangeReturner = (*Postgres)(nil)
-	_ RangeReturner = (*SQLite)(nil)
-	_ RangeReturner = (*MemStore)(nil)
-)
 
 // clientSuffix marks the ranges granted to callers in the segment log's
 // instance column: "<instance>/client".
@@ -130,14 +108,15 @@ func (a *Allocator) GrantRange(ctx context.Context, r RangeRequest) (seg Segment
 	return Segment{}, false, fmt.Errorf("%w: grant request %s: %w", ErrUnavailable, id, err)
 }
 
-// ReturnRange gives back [first, last], the unused tail of the range granted
-// to request id, when h holds it and the store can take it back safely (see
-// RangeReturner): nobody was granted anything at or above first since. It
+// GiveBackRange gives back [first, last], the unused tail of the range
+// granted to request id, when h holds it and the store can take it back
+// safely (see Granter.GiveBackRange): nobody was granted anything at or
+// above first since. It
 // reports whether it did; when it did not, the IDs stay a gap. A request
 // held by another caller, or an instance's own, is ErrNotHolder. The caller
 // must hand out none of the IDs afterwards, and must not retry a give-back
 // whose answer it did not get: the first attempt may have succeeded.
-func (a *Allocator) ReturnRange(ctx context.Context, id uuid.UUID, h Holder, tag string, first, last int64) (bool, error) {
+func (a *Allocator) GiveBackRange(ctx context.Context, id uuid.UUID, h Holder, tag string, first, last int64) (bool, error) {
 	if err := a.checkRange(tag, id); err != nil {
 		return false, err
 	}
@@ -147,13 +126,9 @@ func (a *Allocator) ReturnRange(ctx context.Context, id uuid.UUID, h Holder, tag
 	if h.IsZero() {
 		return false, fmt.Errorf("%w: request %s: no holder presented", ErrNotHolder, id)
 	}
-	r, ok := a.cfg.Store.(RangeReturner)
-	if !ok {
-		return false, nil
-	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.AttemptTimeout)
 	defer cancel()
-	ok, err := r.GiveBackRange(ctx, id, h, tag, first, last)
+	ok, err := a.cfg.Store.GiveBackRange(ctx, id, h, tag, first, last)
 	if errors.Is(err, ErrNotHolder) {
 		a.cfg.Logger.Warn("REFUSED a give-back: the request id belongs to another caller",
 			"biz_tag", tag, "request_id", id, "first", first, "last", last, "caller", h.Principal)
@@ -174,183 +149,4 @@ func (a *Allocator) checkRange(tag string, id uuid.UUID) error {
 		return errors.New("request_id: must not be the nil UUID")
 	}
 	return ValidateTag(tag)
-}
-
-// giveBackRangeSQL is the compare-and-set of GiveBack, guarded by the
-// segment log: [$3, $4] is the tail of request $1's segment, which gave
-// nothing back yet and is held by principal $5 with holder key hash $6 (an
-// instance's segment has neither, and matches no caller), and no other
-// request keeps an ID at or above $3 (a row's kept part ends at
-// returned_from - 1, or last_id). The guard makes a late, repeated or
-// stranger's give-back harmless: once another request was granted IDs of
-// the tail, max_id may end at $4 again, but the log shows that request.
-const giveBackRangeSQL = `
-UPDATE idmint_tags SET max_id = $3 - 1, updated_at = now()
-WHERE biz_tag = $2 AND max_id = $4
-  AND EXISTS (SELECT 1 FROM idmint_segments
-              WHERE request_id = $1 AND biz_tag = $2 AND first_id <= $3 AND last_id = $4
-                AND returned_from IS NULL
-                AND principal = $5
-                AND holder_hash = $6)
-  AND NOT EXISTS (SELECT 1 FROM idmint_segments
-                  WHERE biz_tag = $2 AND COALESCE(returned_from - 1, last_id) >= $3 AND request_id <> $1)`
-
-// holderOfSQL reads a request's holder, to tell a give-back refused for
-// its holder from one refused for the state of the tag.
-const holderOfSQL = `SELECT principal, holder_hash FROM idmint_segments WHERE request_id = $1`
-
-// GiveBackRange implements RangeReturner. The tag's row is locked first, so
-// that the guarded update reads the segment log after every allocation
-// before it committed (under READ COMMITTED each statement sees what
-// committed before it began). The request's log row records the give-back
-// (returned_from) in the same transaction, as GiveBack does.
-func (p *Postgres) GiveBackRange(ctx context.Context, id uuid.UUID, h Holder, tag string, first, last int64) (bool, error) {
-	var n int64
-	principal, hash := holderArgs(h)
-	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-		var maxID int64
-		err := tx.QueryRow(ctx, `SELECT max_id FROM idmint_tags WHERE biz_tag = $1 FOR UPDATE`, tag).Scan(&maxID)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			return nil
-		case err != nil:
-			return err
-		case maxID == last:
-			res, err := tx.Exec(ctx, giveBackRangeSQL, id, tag, first, last, principal, hash)
-			if err != nil {
-				return err
-			}
-			if res.RowsAffected() == 1 {
-				n = 1
-				_, err = tx.Exec(ctx, `UPDATE idmint_segments SET returned_from = $2 WHERE request_id = $1`, id, first)
-				return err
-			}
-		}
-		return refuseStranger(tx.QueryRow(ctx, holderOfSQL, id), pgx.ErrNoRows, id, h)
-	})
-	return givenBack(n, err, tag, first, last)
-}
-
-// GiveBackRange implements RangeReturner in one write transaction.
-func (s *SQLite) GiveBackRange(ctx context.Context, id uuid.UUID, h Holder, tag string, first, last int64) (bool, error) {
-	var n int64
-	principal, hash := holderArgs(h)
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `
-UPDATE idmint_tags SET max_id = ?3 - 1, updated_at = `+nowSQL+`
-WHERE biz_tag = ?2 AND max_id = ?4
-  AND EXISTS (SELECT 1 FROM idmint_segments
-              WHERE request_id = ?1 AND biz_tag = ?2 AND first_id <= ?3 AND last_id = ?4
-                AND returned_from IS NULL
-                AND principal = ?5
-                AND holder_hash = ?6)
-  AND NOT EXISTS (SELECT 1 FROM idmint_segments
-                  WHERE biz_tag = ?2 AND COALESCE(returned_from - 1, last_id) >= ?3 AND request_id <> ?1)`,
-			id.String(), tag, first, last, principal, hash)
-		if err != nil {
-			return err
-		}
-		if n, err = res.RowsAffected(); err != nil {
-			return err
-		}
-		if n == 1 {
-			_, err = tx.ExecContext(ctx, `UPDATE idmint_segments SET returned_from = ? WHERE request_id = ?`, first, id.String())
-			return err
-		}
-		return refuseStranger(tx.QueryRowContext(ctx, `SELECT principal, holder_hash FROM idmint_segments WHERE request_id = ?`, id.String()),
-			sql.ErrNoRows, id, h)
-	})
-	return givenBack(n, err, tag, first, last)
-}
-
-// GiveBackRange implements RangeReturner.
-func (m *MemStore) GiveBackRange(ctx context.Context, id uuid.UUID, h Holder, tag string, first, last int64) (bool, error) {
-	if err := ctx.Err(); err != nil {
-		return false, err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	t, ok := m.tags[tag]
-	own, granted := m.requests[id]
-	if granted && !own.Holder.Matches(h) {
-		return false, fmt.Errorf("%w: request %s", ErrNotHolder, id)
-	}
-	_, returned := m.returned[id]
-	if !ok || !granted || returned || t.MaxID != last || own.Tag != tag || own.First > first || own.Last != last {
-		return false, nil
-	}
-	for rid, seg := range m.requests {
-		kept := seg.Last
-		if from, ok := m.returned[rid]; ok {
-			kept = from - 1
-		}
-		if rid != id && seg.Tag == tag && kept >= first {
-			return false, nil
-		}
-	}
-	t.MaxID = first - 1
-	if m.returned == nil {
-		m.returned = map[uuid.UUID]int64{}
-	}
-	m.returned[id] = first
-	return true, nil
-}
-
-// holderArgs returns h as the segment log stores it: NULL and NULL for an
-// instance's own segment.
-func holderArgs(h Holder) (principal, hash any) {
-	if h.IsZero() {
-		return nil, nil
-	}
-	return h.Principal, h.KeyHash[:]
-}
-
-// scanHolder reads a Holder from the segment log's columns.
-func scanHolder(principal *string, hash []byte) (Holder, error) {
-	switch {
-	case principal == nil && hash == nil:
-		return Holder{}, nil
-	case principal == nil || len(hash) != len(Holder{}.KeyHash):
-		return Holder{}, errors.New("segment log row with a partial holder")
-	}
-	h := Holder{Principal: *principal}
-	copy(h.KeyHash[:], hash)
-	return h, nil
-}
-
-// refuseStranger reads a request's holder from row (principal,
-// holder_hash) and returns ErrNotHolder unless it is h. A request without a
-// row (noRows) is nobody's: nil.
-func refuseStranger(row rowScanner, noRows error, id uuid.UUID, h Holder) error {
-	var (
-		owner   *string
-		ownHash []byte
-	)
-	err := row.Scan(&owner, &ownHash)
-	if errors.Is(err, noRows) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	own, err := scanHolder(owner, ownHash)
-	if err != nil {
-		return err
-	}
-	if !own.Matches(h) {
-		return fmt.Errorf("%w: request %s", ErrNotHolder, id)
-	}
-	return nil
-}
-
-// givenBack is the answer of a GiveBackRange transaction that changed n
-// tags and ended with err.
-func givenBack(n int64, err error, tag string, first, last int64) (bool, error) {
-	if errors.Is(err, ErrNotHolder) {
-		return false, err
-	}
-	if err != nil {
-		return false, fmt.Errorf("give back %q [%d, %d]: %w", tag, first, last, err)
-	}
-	return n == 1, nil
 }

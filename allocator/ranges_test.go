@@ -38,8 +38,8 @@ func TestAllocator_GrantRange(t *testing.T) {
 	if err != nil || !recovered || again.First != seg.First || again.Last != seg.Last || again.RequestID != rid {
 		t.Fatalf("retry = %+v, %v, %v; want %+v again", again, recovered, err, seg)
 	}
-	if ok, err := a.ReturnRange(ctx, rid, h, "order", 150, 200); err != nil || !ok {
-		t.Fatalf("ReturnRange = %v, %v", ok, err)
+	if ok, err := a.GiveBackRange(ctx, rid, h, "order", 150, 200); err != nil || !ok {
+		t.Fatalf("GiveBackRange = %v, %v", ok, err)
 	}
 	// The instance serves its own range, then the next one from 150 up:
 	// never an ID of [101, 149], and no refusal.
@@ -79,7 +79,7 @@ func TestAllocator_GrantRange(t *testing.T) {
 			func() error { _, _, err := grant("order", 0, uuid.Nil); return err }(),
 			func() error { _, _, err := grant("order", -1, uuid.Must(uuid.NewV7())); return err }(),
 			func() error { _, _, err := grant("no such", 0, uuid.Must(uuid.NewV7())); return err }(),
-			func() error { _, err := a.ReturnRange(ctx, rid, h, "order", 5, 4); return err }(),
+			func() error { _, err := a.GiveBackRange(ctx, rid, h, "order", 5, 4); return err }(),
 			func() error {
 				_, _, err := a.GrantRange(ctx, allocator.RangeRequest{ID: uuid.Must(uuid.NewV7()), Tag: "order"}) // no holder
 				return err
@@ -88,7 +88,7 @@ func TestAllocator_GrantRange(t *testing.T) {
 				_, _, err := a.GrantRange(ctx, allocator.RangeRequest{ID: uuid.Must(uuid.NewV7()), Tag: "order", Holder: h, Floor: -1})
 				return err
 			}(),
-			func() error { _, err := a.ReturnRange(ctx, rid, allocator.Holder{}, "order", 150, 200); return err }(),
+			func() error { _, err := a.GiveBackRange(ctx, rid, allocator.Holder{}, "order", 150, 200); return err }(),
 		} {
 			if err == nil {
 				t.Error("accepted")

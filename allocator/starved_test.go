@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/internal/starvetest"
 )
 
@@ -16,12 +17,12 @@ import (
 // that arrive, and none fails while they keep arriving (see starvetest).
 func TestAllocator_StarvedTag(t *testing.T) {
 	const step = 5
-	m := allocator.NewMemStore()
+	m := memstore.New()
 	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: step, MaxStep: step}); err != nil {
 		t.Fatal(err)
 	}
 	var ranges atomic.Int64 // segments granted to the tag's buffer
-	a := newAllocator(t, &starvetest.SlowStore{MemStore: m, Latency: 2 * time.Millisecond}, func(c *allocator.Config) {
+	a := newAllocator(t, &starvetest.SlowStore{Store: m, Latency: 2 * time.Millisecond}, func(c *allocator.Config) {
 		c.Segment.WaitTimeout = time.Second
 		c.Segment.OnLoad = func(_ string, _ time.Duration, err error) {
 			if err == nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/token"
 )
 
 // Errors returned by the allocator and its stores.
@@ -61,8 +62,21 @@ var (
 	ErrGivenBack = errors.New("range given back in full: the request keeps no ids")
 )
 
-// Store is the source of truth for tags' high-water marks.
+// Store is everything a backend provides: the grants and give-backs of
+// segments and ranges (Granter), the administration of tags (Admin) and the
+// bearer tokens (token.Store). Each backend is a package beside this one:
+// postgres (production), sqlite (one machine), memstore (one process, and
+// tests). The contract they all keep is internal/storetest.
 type Store interface {
+	Granter
+	Admin
+	token.Store
+}
+
+// Granter is the source of truth for tags' high-water marks: it grants
+// segments (to an instance) and ranges (to a caller) under their request
+// IDs, and takes their unused tails back.
+type Granter interface {
 	// Allocate advances the tag's max_id by one segment and records the
 	// request ID, as one atomic step, and returns the segment. When max_id
 	// is below req.Floor it is first raised to it, in the same step, and the
@@ -76,6 +90,24 @@ type Store interface {
 	// ErrGivenBack, returned with the segment's RequestID, Tag, First and
 	// Holder (Last is then First - 1).
 	Lookup(ctx context.Context, id uuid.UUID) (Segment, error)
+	// GiveBack gives back an instance's segment tail when it shuts down:
+	// it lowers the tag's max_id to first-1, but only if max_id is still
+	// last: nobody was granted anything after [first, last], so nobody can
+	// have handed out an ID in it but its owner, who is closing. It reports
+	// whether it did; false is no error, the range stays a gap. The store
+	// records the give-back in its segment log in the same atomic step, so
+	// that the log alone explains every ID.
+	GiveBack(ctx context.Context, tag string, first, last int64) (bool, error)
+	// GiveBackRange gives back a caller's range tail (see
+	// Allocator.GiveBackRange): it lowers the tag's max_id to first-1, but
+	// only if request id is held by h (the same principal and holder key
+	// hash; an instance's segment is held by nobody), [first, last] is the
+	// tail of the range granted to it, max_id is still last, and no other
+	// request was ever granted an ID at or above first; the holder is
+	// checked in the same atomic step as the rest. It reports whether it
+	// did; false is no error. A request held by another (or by an instance)
+	// is ErrNotHolder, and changes nothing.
+	GiveBackRange(ctx context.Context, id uuid.UUID, h Holder, tag string, first, last int64) (bool, error)
 	// Ping reports whether the store can be reached.
 	Ping(ctx context.Context) error
 }
@@ -155,18 +187,6 @@ func (h Holder) String() string {
 	return "holder of " + h.Principal
 }
 
-// Returner is implemented by stores that can take back the unused tail of a
-// segment when an instance shuts down.
-type Returner interface {
-	// GiveBack lowers the tag's max_id to first-1, but only if max_id is
-	// still last: nobody was granted anything after [first, last], so
-	// nobody can have handed out an ID in it but its owner, who is closing.
-	// It reports whether it did; false is no error, the range stays a gap.
-	// A store with a segment log records the give-back there in the same
-	// atomic step, so that the log alone explains every ID.
-	GiveBack(ctx context.Context, tag string, first, last int64) (bool, error)
-}
-
 // Segment is a granted range and the tag's step bounds at that moment.
 type Segment struct {
 	RequestID   uuid.UUID
@@ -203,9 +223,10 @@ type Tag struct {
 // (see segment.ValidateTag). Its error quotes at most 80 bytes of name.
 func ValidateTag(name string) error { return segment.ValidateTag(name) }
 
-// bounds returns the size a store grants for a request: the wanted size
-// bounded by the tag's step and max_step. It matches the SQL of Postgres.
-func bounds(want, step, maxStep int64) int64 {
+// SizeOf returns the size a store grants for a request: the wanted size
+// bounded by the tag's step and max_step (segment.DefaultMaxStep when
+// unset). It matches the SQL of the postgres store.
+func SizeOf(want, step, maxStep int64) int64 {
 	hi := maxStep
 	if hi <= 0 {
 		hi = segment.DefaultMaxStep

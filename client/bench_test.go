@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/client"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/pgtest"
@@ -71,9 +72,9 @@ func reportRate(b *testing.B) {
 }
 
 // openPostgres returns a store on a fresh, migrated database.
-func openPostgres(tb testing.TB) *allocator.Postgres {
+func openPostgres(tb testing.TB) *postgres.Store {
 	tb.Helper()
-	store, err := allocator.OpenPostgres(context.Background(), pgtest.Shared(tb).NewDatabase(tb))
+	store, err := postgres.Open(context.Background(), pgtest.Shared(tb).NewDatabase(tb))
 	if err != nil {
 		tb.Fatal(err)
 	}

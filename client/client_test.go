@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/client"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/checker"
@@ -59,9 +60,9 @@ func startLosing(tb testing.TB, store allocator.Store, lose int64) (*losing, str
 	return l, srv.URL
 }
 
-func memStore(tb testing.TB, step, maxStep int64) *allocator.MemStore {
+func memStore(tb testing.TB, step, maxStep int64) *memstore.Store {
 	tb.Helper()
-	m := allocator.NewMemStore()
+	m := memstore.New()
 	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: step, MaxStep: maxStep}); err != nil {
 		tb.Fatal(err)
 	}
@@ -82,7 +83,7 @@ func newClient(tb testing.TB, cfg client.Config) *client.Client {
 	return c
 }
 
-func maxIDOf(tb testing.TB, m *allocator.MemStore) int64 {
+func maxIDOf(tb testing.TB, m *memstore.Store) int64 {
 	tb.Helper()
 	tags, err := m.Tags(context.Background())
 	if err != nil {

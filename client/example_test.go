@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/client"
 	"github.com/idmint/idmint/httpapi"
 )
@@ -30,7 +31,7 @@ func exampleServer(store allocator.Store) (url string, stop func()) {
 // tail, so the next range starts where this client stopped.
 func Example() {
 	ctx := context.Background()
-	store := allocator.NewMemStore()
+	store := memstore.New()
 	store.CreateTag(ctx, allocator.TagSpec{Name: "order", Step: 100})
 	url, stop := exampleServer(store)
 	defer stop()
@@ -57,7 +58,7 @@ func Example() {
 // the same request goes to the next, so no range is granted twice.
 func ExampleConfig_failover() {
 	ctx := context.Background()
-	store := allocator.NewMemStore()
+	store := memstore.New()
 	store.CreateTag(ctx, allocator.TagSpec{Name: "user", Step: 10, MaxStep: 10})
 	first, stopFirst := exampleServer(store)
 	second, stopSecond := exampleServer(store)
@@ -79,7 +80,7 @@ func ExampleConfig_failover() {
 // An unknown tag is an error that says so.
 func ExampleClient_Next_unknownTag() {
 	ctx := context.Background()
-	url, stop := exampleServer(allocator.NewMemStore())
+	url, stop := exampleServer(memstore.New())
 	defer stop()
 	c, _ := client.New(ctx, client.Config{URLs: []string{url}, Logger: quiet()})
 	defer c.Close(ctx)

@@ -44,7 +44,7 @@ func TestClient_StarvedTag(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			store := &starvetest.SlowStore{MemStore: memStore(t, step, step), Latency: 2 * time.Millisecond}
+			store := &starvetest.SlowStore{Store: memStore(t, step, step), Latency: 2 * time.Millisecond}
 			a := allocator.New(allocator.Config{Store: store, Logger: quiet()})
 			srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet()}))
 			t.Cleanup(func() {

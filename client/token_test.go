@@ -13,15 +13,17 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/client"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/testutil"
+	"github.com/idmint/idmint/token"
 )
 
 // tokenList is a fixed token store.
-type tokenList []allocator.Token
+type tokenList []token.Token
 
-func (l tokenList) ListTokens(context.Context) ([]allocator.Token, error) { return l, nil }
+func (l tokenList) ListTokens(context.Context) ([]token.Token, error) { return l, nil }
 
 // counting counts the range requests an instance receives and keeps the
 // last Authorization header.
@@ -42,9 +44,9 @@ func (c *counting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.next.ServeHTTP(w, r)
 }
 
-func mustToken(t *testing.T, scopes ...string) (allocator.Token, string) {
+func mustToken(t *testing.T, scopes ...string) (token.Token, string) {
 	t.Helper()
-	tok, bearer, err := allocator.NewToken("app", scopes)
+	tok, bearer, err := token.New("app", scopes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +60,7 @@ func mustToken(t *testing.T, scopes ...string) (allocator.Token, string) {
 func TestClient_TokenTLS(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	store := allocator.NewMemStore()
+	store := memstore.New()
 	if _, err := store.CreateTag(ctx, allocator.TagSpec{Name: "order", Step: 100}); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/client"
 )
 
@@ -16,7 +17,7 @@ import (
 func TestClient_TopOfInt64(t *testing.T) {
 	const ids, step = 20, 10
 	first := int64(math.MaxInt64 - ids + 1)
-	m := allocator.NewMemStore()
+	m := memstore.New()
 	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "top", Step: step, MaxStep: step, Start: first}); err != nil {
 		t.Fatal(err)
 	}

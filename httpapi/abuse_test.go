@@ -50,9 +50,9 @@ func TestAbuse(t *testing.T) {
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	base := "http://" + ln.Addr().String()
-	_, legit := token(t, store, "legit", "ids:order")
-	_, flood := token(t, store, "flood", "ids")
-	_, scanner := token(t, store, "scanner", "ids")
+	_, legit := newToken(t, store, "legit", "ids:order")
+	_, flood := newToken(t, store, "flood", "ids")
+	_, scanner := newToken(t, store, "scanner", "ids")
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
 	call := func(path, bearer string) (int, []byte) {
 		req, _ := http.NewRequest("GET", base+path, nil)

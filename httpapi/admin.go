@@ -14,7 +14,7 @@ import (
 )
 
 // TagAdmin is what the admin API needs to manage tags: an allocator.Admin
-// (Postgres, SQLite, MemStore).
+// (every allocator.Store is one).
 type TagAdmin = allocator.Admin
 
 // TagJSON is a tag as the admin API shows it. max_id is a string, as IDs

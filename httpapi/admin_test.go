@@ -20,7 +20,7 @@ func TestAdmin_Tags(t *testing.T) {
 			store := open(t)
 			a := newTokenInstance(t, store, httpapi.AuthConfig{}, httpapi.Limits{})
 			b := newTokenInstance(t, store, httpapi.AuthConfig{}, httpapi.Limits{})
-			_, admin := token(t, store, "ops", "admin")
+			_, admin := newToken(t, store, "ops", "admin")
 			tag := func(status int, body []byte) httpapi.TagJSON {
 				t.Helper()
 				var tj httpapi.TagJSON

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/token"
 )
 
 // AuthMode says who may ask for IDs.
@@ -31,9 +32,9 @@ const (
 )
 
 // TokenLister lists the bearer tokens, revoked ones included; an
-// allocator.TokenStore is one.
+// token.Store is one.
 type TokenLister interface {
-	ListTokens(ctx context.Context) ([]allocator.Token, error)
+	ListTokens(ctx context.Context) ([]token.Token, error)
 }
 
 // AuthConfig configures access control. The zero value serves IDs openly,
@@ -78,7 +79,7 @@ func (s *Server) initAccess() {
 	s.auth = &authenticator{src: a.Tokens, refresh: a.Refresh, maxStale: max(a.MaxStale, a.Refresh),
 		timeout: max(s.cfg.PingTimeout, time.Second), now: s.cfg.Now}
 	per := s.cfg.Limits.IDsPerSecondPerToken
-	s.auth.newLimit = func(t allocator.Token) *rate.Limiter {
+	s.auth.newLimit = func(t token.Token) *rate.Limiter {
 		switch {
 		case t.IDsPerSecond > 0: // the token's own bound, above or below the instance's
 			return newLimiter(t.IDsPerSecond, s.cfg.MaxCount)
@@ -98,7 +99,7 @@ func (s *Server) monitoring(next http.Handler) http.Handler { return s.monitorin
 
 // principal is a valid token, with its scopes parsed for quick checks.
 type principal struct {
-	token    allocator.Token
+	token    token.Token
 	admin    bool
 	monitor  bool
 	allIDs   bool
@@ -108,7 +109,7 @@ type principal struct {
 	limiter *rate.Limiter
 }
 
-func newPrincipal(t allocator.Token) *principal {
+func newPrincipal(t token.Token) *principal {
 	p := &principal{token: t, tags: map[string]struct{}{}}
 	for _, s := range t.Scopes {
 		switch {
@@ -170,7 +171,7 @@ type authenticator struct {
 	maxStale time.Duration // how long the copy serves while reads fail
 	timeout  time.Duration
 	now      func() time.Time
-	newLimit func(allocator.Token) *rate.Limiter // nil limiter: not rate limited
+	newLimit func(token.Token) *rate.Limiter // nil limiter: not rate limited
 
 	set atomic.Pointer[tokenSet]
 	mu  sync.Mutex // held by the request reading the tokens
@@ -255,7 +256,7 @@ func (a *authenticator) authenticate(r *http.Request) (*principal, *apiError) {
 // check returns the principal of a token, or the 401 (or 503) to answer:
 // the one check of a bearer token and of the monitoring cookie alike.
 func (a *authenticator) check(ctx context.Context, raw string) (*principal, *apiError) {
-	id, secret, ok := allocator.ParseToken(raw)
+	id, secret, ok := token.Parse(raw)
 	if !ok {
 		return nil, unauthorized("invalid_token", "malformed bearer token")
 	}

@@ -18,19 +18,19 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
+	"github.com/idmint/idmint/allocator/postgres"
+	"github.com/idmint/idmint/allocator/sqlite"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/pgtest"
 	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/migrations"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/token"
 )
 
-// adminStore is a store with tags and tokens: Postgres or SQLite.
-type adminStore interface {
-	allocator.Store
-	allocator.Admin
-	allocator.TokenStore
-}
+// adminStore is a store with tags and tokens: postgres or sqlite.
+type adminStore = allocator.Store
 
 // stores returns a migrated PostgreSQL database and a migrated SQLite file,
 // each with the tags given (name → step).
@@ -38,7 +38,7 @@ func stores(t *testing.T) map[string]func(t *testing.T) adminStore {
 	return map[string]func(t *testing.T) adminStore{
 		"postgres": func(t *testing.T) adminStore {
 			ctx := context.Background()
-			pg, err := allocator.OpenPostgres(ctx, pgtest.Shared(t).NewDatabase(t))
+			pg, err := postgres.Open(ctx, pgtest.Shared(t).NewDatabase(t))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -52,7 +52,7 @@ func stores(t *testing.T) map[string]func(t *testing.T) adminStore {
 		},
 		"sqlite": func(t *testing.T) adminStore {
 			ctx := context.Background()
-			s, err := allocator.OpenSQLite(ctx, filepath.Join(t.TempDir(), "idmint.db"))
+			s, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "idmint.db"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -90,10 +90,10 @@ func newTokenInstance(t *testing.T, store adminStore, auth httpapi.AuthConfig, l
 	return &tokenInstance{srv: srv, store: store, metrics: metrics}
 }
 
-// token creates a token with scopes and returns its bearer string.
-func token(t *testing.T, store allocator.TokenStore, name string, scopes ...string) (allocator.Token, string) {
+// newToken creates a token with scopes and returns its bearer string.
+func newToken(t *testing.T, store token.Store, name string, scopes ...string) (token.Token, string) {
 	t.Helper()
-	tok, bearer, err := allocator.NewToken(name, scopes)
+	tok, bearer, err := token.New(name, scopes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,18 +147,18 @@ func TestAuth_Scopes(t *testing.T) {
 				}
 			}
 			p := newTokenInstance(t, store, httpapi.AuthConfig{IDs: httpapi.AuthToken, ProtectMonitoring: true}, httpapi.Limits{})
-			_, admin := token(t, store, "ops", "admin")
-			_, all := token(t, store, "all-ids", "ids")
-			_, order := token(t, store, "order-only", "ids:order")
-			_, prefix := token(t, store, "order-prefix", "ids:order*")
-			_, monitor := token(t, store, "prometheus", "monitor")
-			revokedTok, revoked := token(t, store, "gone", "ids", "admin")
+			_, admin := newToken(t, store, "ops", "admin")
+			_, all := newToken(t, store, "all-ids", "ids")
+			_, order := newToken(t, store, "order-only", "ids:order")
+			_, prefix := newToken(t, store, "order-prefix", "ids:order*")
+			_, monitor := newToken(t, store, "prometheus", "monitor")
+			revokedTok, revoked := newToken(t, store, "gone", "ids", "admin")
 			if _, err := store.RevokeToken(context.Background(), revokedTok.ID); err != nil {
 				t.Fatal(err)
 			}
 			// Same ID, another secret.
 			wrong := revoked[:len(revoked)-4] + "AAAA"
-			_, other := token(t, store, "other", "ids")
+			_, other := newToken(t, store, "other", "ids")
 			wrongSecret := other[:len(other)-4] + "AAAA"
 			if wrongSecret == other {
 				wrongSecret = other[:len(other)-4] + "BBBB"
@@ -220,7 +220,7 @@ func TestAuth_Scopes(t *testing.T) {
 			}
 
 			// A revocation takes effect without a restart.
-			tok, bearer := token(t, store, "soon-gone", "ids")
+			tok, bearer := newToken(t, store, "soon-gone", "ids")
 			testutil.Eventually(t, 10*time.Second, "new token accepted", func() bool {
 				s, _, _ := do(t, p.srv, "GET", "/id?biz_tag=order", bearer, nil)
 				return s == 200
@@ -232,7 +232,7 @@ func TestAuth_Scopes(t *testing.T) {
 				s, _, _ := do(t, p.srv, "GET", "/id?biz_tag=order", bearer, nil)
 				return s == 401
 			})
-			if _, err := store.RevokeToken(context.Background(), "aaaaaaaaaaaaaaaa"); !errors.Is(err, allocator.ErrUnknownToken) {
+			if _, err := store.RevokeToken(context.Background(), "aaaaaaaaaaaaaaaa"); !errors.Is(err, token.ErrUnknown) {
 				t.Fatalf("revoke unknown: %v", err)
 			}
 			tokens, err := store.ListTokens(context.Background())
@@ -253,13 +253,13 @@ func TestAuth_Scopes(t *testing.T) {
 // mean is refused before anything is written.
 func TestAuth_TokenRate(t *testing.T) {
 	all := stores(t)
-	all["memory"] = func(*testing.T) adminStore { return allocator.NewMemStore() }
+	all["memory"] = func(*testing.T) adminStore { return memstore.New() }
 	for name, open := range all {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			store := open(t)
 			rated := rateToken(t, store, "rated", 250.5)
-			token(t, store, "plain", "ids")
+			newToken(t, store, "plain", "ids")
 			tokens, err := store.ListTokens(ctx)
 			if err != nil || len(tokens) != 2 {
 				t.Fatalf("ListTokens = %v, %v", tokens, err)
@@ -271,12 +271,12 @@ func TestAuth_TokenRate(t *testing.T) {
 			if got["rated"] != 250.5 || got["plain"] != 0 {
 				t.Fatalf("rates read back %v, want rated 250.5 and plain 0", got)
 			}
-			id, _, _ := allocator.ParseToken(rated)
+			id, _, _ := token.Parse(rated)
 			if tk, err := store.RevokeToken(ctx, id); err != nil || tk.IDsPerSecond != 250.5 {
 				t.Fatalf("RevokeToken = %+v, %v", tk, err)
 			}
 			for _, bad := range []float64{-1, math.NaN(), math.Inf(1), 2e12} {
-				tok, _, err := allocator.NewToken("bad", []string{"ids"})
+				tok, _, err := token.New("bad", []string{"ids"})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -295,7 +295,7 @@ func TestAuth_TokenRate(t *testing.T) {
 // failingTokens is a token store that cannot be reached.
 type failingTokens struct{ calls atomic.Int64 }
 
-func (f *failingTokens) ListTokens(context.Context) ([]allocator.Token, error) {
+func (f *failingTokens) ListTokens(context.Context) ([]token.Token, error) {
 	f.calls.Add(1)
 	return nil, errors.New("dial tcp 10.0.0.9:5432: connect: connection refused")
 }
@@ -305,12 +305,12 @@ func (f *failingTokens) ListTokens(context.Context) ([]allocator.Token, error) {
 // drop a good token), and the store is asked once per refresh interval,
 // not once per request.
 func TestAuth_TokensUnreadable(t *testing.T) {
-	a := orderAllocator(t, allocator.NewMemStore())
+	a := orderAllocator(t, memstore.New())
 	tokens := &failingTokens{}
 	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(),
 		Auth: httpapi.AuthConfig{Tokens: tokens, IDs: httpapi.AuthToken, Refresh: time.Hour}})))
 	t.Cleanup(srv.Close)
-	_, bearer, _ := allocator.NewToken("x", []string{"ids"})
+	_, bearer, _ := token.New("x", []string{"ids"})
 	for range 50 {
 		s, hdr, body := do(t, srv, "GET", "/id?biz_tag=order", bearer, nil)
 		if s != 503 || hdr.Get("Retry-After") == "" || errorCode(t, body) != httpapi.CodeUnavailable || strings.Contains(string(body), "10.0.0.9") {
@@ -332,8 +332,8 @@ func TestAuth_Segments(t *testing.T) {
 		}
 	}
 	p := newTokenInstance(t, store, httpapi.AuthConfig{IDs: httpapi.AuthToken}, httpapi.Limits{})
-	_, order := token(t, store, "order-only", "ids:order")
-	_, other := token(t, store, "another", "ids:order")
+	_, order := newToken(t, store, "order-only", "ids:order")
+	_, other := newToken(t, store, "another", "ids:order")
 	body := func(tag string) map[string]any {
 		return map[string]any{"biz_tag": tag, "request_id": "0197a3b2-7c4d-7e5f-8a9b-0c1d2e3f4a5b", "size": 10,
 			"holder_key": "the-order-only-tokens-holder-key"}
@@ -371,21 +371,21 @@ func TestAuth_Segments(t *testing.T) {
 // test edits (a revocation, a lagging replica).
 type outageTokens struct {
 	mu     sync.Mutex // protects tokens and down
-	tokens []allocator.Token
+	tokens []token.Token
 	down   bool
 }
 
-func (o *outageTokens) ListTokens(context.Context) ([]allocator.Token, error) {
+func (o *outageTokens) ListTokens(context.Context) ([]token.Token, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.down {
 		return nil, errors.New("token store unreachable")
 	}
-	return append([]allocator.Token(nil), o.tokens...), nil
+	return append([]token.Token(nil), o.tokens...), nil
 }
 
 // set replaces the rows and the outage state.
-func (o *outageTokens) set(down bool, tokens ...allocator.Token) {
+func (o *outageTokens) set(down bool, tokens ...token.Token) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.down, o.tokens = down, tokens
@@ -398,14 +398,14 @@ func (o *outageTokens) set(down bool, tokens ...allocator.Token) {
 // seen revoked gets 401 for good, even when a later read (a lagging
 // replica) shows it unrevoked, and even during an outage.
 func TestAuth_RevokedDuringOutage(t *testing.T) {
-	a := orderAllocator(t, allocator.NewMemStore())
+	a := orderAllocator(t, memstore.New())
 	// The instance's clock stands still but for advance; it starts at the
 	// real time, as the request deadlines are taken from it.
 	var now atomic.Int64
 	now.Store(time.Now().UnixNano())
 	advance := func(d time.Duration) { now.Add(int64(d)) }
-	keep, keepBearer, _ := allocator.NewToken("keep", []string{"ids"})
-	gone, goneBearer, _ := allocator.NewToken("gone", []string{"ids"})
+	keep, keepBearer, _ := token.New("keep", []string{"ids"})
+	gone, goneBearer, _ := token.New("gone", []string{"ids"})
 	revoked := gone
 	at := time.Unix(0, now.Load())
 	revoked.RevokedAt = &at

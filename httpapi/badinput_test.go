@@ -16,7 +16,7 @@ import (
 func TestServer_BadBodies(t *testing.T) {
 	store := stores(t)["sqlite"](t)
 	inst := newTokenInstance(t, store, httpapi.AuthConfig{}, httpapi.Limits{})
-	_, admin := token(t, store, "ops", "admin")
+	_, admin := newToken(t, store, "ops", "admin")
 	if s, _, body := do(t, inst.srv, "POST", "/v1/tags", admin, map[string]any{"biz_tag": "order", "step": 10}); s != 201 {
 		t.Fatalf("create: %d %s", s, body)
 	}

@@ -7,7 +7,9 @@ import (
 	"testing"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/httpapi"
+	"github.com/idmint/idmint/token"
 )
 
 // BenchmarkAccess_ID measures GET /id through the handler alone (no
@@ -21,11 +23,11 @@ func BenchmarkAccess_ID(b *testing.B) {
 		limit float64
 	}{{"open", httpapi.AuthOpen, 0}, {"token", httpapi.AuthToken, 0}, {"token+limit", httpapi.AuthToken, 1e12}} {
 		b.Run(bc.name, func(b *testing.B) {
-			m := allocator.NewMemStore()
+			m := memstore.New()
 			if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: 1_000_000}); err != nil {
 				b.Fatal(err)
 			}
-			tok, bearer, _ := allocator.NewToken("bench", []string{"ids:order"})
+			tok, bearer, _ := token.New("bench", []string{"ids:order"})
 			if _, err := m.CreateToken(context.Background(), tok); err != nil {
 				b.Fatal(err)
 			}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/httpapi"
 )
 
@@ -21,7 +22,7 @@ func BenchmarkServer_ID(b *testing.B) {
 		metrics bool
 	}{{"plain", false}, {"metrics", true}} {
 		b.Run(bc.name, func(b *testing.B) {
-			m := allocator.NewMemStore()
+			m := memstore.New()
 			if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: 100_000}); err != nil {
 				b.Fatal(err)
 			}

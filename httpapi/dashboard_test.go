@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
+	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/pgtest"
 	"github.com/idmint/idmint/internal/testutil"
@@ -258,16 +260,16 @@ func TestDashboard_Browser(t *testing.T) {
 	t.Run("held standby", func(t *testing.T) {
 		// A standby that could be promoted went away: the page says which,
 		// since when, and how long the buffers carry callers.
-		store := allocator.NewMemStore()
+		store := memstore.New()
 		if _, err := store.CreateTag(t.Context(), allocator.TagSpec{Name: "order", Step: 1000}); err != nil {
 			t.Fatal(err)
 		}
 		a := allocator.New(allocator.Config{Store: store, Logger: quiet()})
 		t.Cleanup(func() { a.Close(context.Background()) })
 		since := time.Now().Add(-90 * time.Second).UTC()
-		away := allocator.Standby{Name: "db2", Kind: allocator.KindRemembered, State: "disconnected"}
-		src := replicationSource{st: allocator.ReplicationStatus{Timeline: 1, InitialTimeline: 1, Required: allocator.ReplicasAuto, Ack: allocator.AckFlush,
-			Standbys: []allocator.Standby{away}, Held: []allocator.HeldStandby{{Standby: away, Since: since}}}}
+		away := postgres.Standby{Name: "db2", Kind: postgres.KindRemembered, State: "disconnected"}
+		src := replicationSource{st: postgres.ReplicationStatus{Timeline: 1, InitialTimeline: 1, Required: postgres.ReplicasAuto, Ack: postgres.AckFlush,
+			Standbys: []postgres.Standby{away}, Held: []postgres.HeldStandby{{Standby: away, Since: since}}}}
 		srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), Replication: src})))
 		t.Cleanup(srv.Close)
 		held := &pgInstance{srv: srv}

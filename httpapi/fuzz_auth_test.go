@@ -9,20 +9,22 @@ import (
 	"testing"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/httpapi"
+	"github.com/idmint/idmint/token"
 )
 
 // FuzzAuth sends arbitrary Authorization headers and queries to the token
 // mode: no panic, always a JSON reply, and an ID only for the one valid
 // token within its scope.
 func FuzzAuth(f *testing.F) {
-	m := allocator.NewMemStore()
+	m := memstore.New()
 	for _, tag := range []string{"order", "user"} {
 		if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: tag, Step: 100}); err != nil {
 			f.Fatal(err)
 		}
 	}
-	tok, bearer, err := allocator.NewToken("fuzz", []string{"ids:order"})
+	tok, bearer, err := token.New("fuzz", []string{"ids:order"})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -59,7 +61,7 @@ func FuzzAuth(f *testing.F) {
 			}
 			json.Unmarshal(rec.Body.Bytes(), &got)
 			_, cred, _ := strings.Cut(auth, " ")
-			_, secret, ok := allocator.ParseToken(strings.TrimSpace(cred))
+			_, secret, ok := token.Parse(strings.TrimSpace(cred))
 			if !ok || !tok.Matches(secret) || got.Tag != "order" {
 				t.Fatalf("served %q to Authorization %q, query %q", got.Tag, auth, query)
 			}

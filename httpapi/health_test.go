@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/pgtest"
 	"github.com/idmint/idmint/internal/testutil"
@@ -26,12 +27,12 @@ import (
 // allocation after the database committed it, as a dropped connection
 // would.
 type lossyStore struct {
-	*allocator.Postgres
+	*postgres.Store
 	loseNext atomic.Bool
 }
 
 func (s *lossyStore) Allocate(ctx context.Context, req allocator.Request) (allocator.Segment, error) {
-	seg, err := s.Postgres.Allocate(ctx, req)
+	seg, err := s.Store.Allocate(ctx, req)
 	if err == nil && s.loseNext.CompareAndSwap(true, false) {
 		return allocator.Segment{}, fmt.Errorf("%w: connection reset after commit", allocator.ErrAmbiguous)
 	}
@@ -52,7 +53,7 @@ func newPGInstance(tb testing.TB, server *pgtest.Server, tags map[string]int64, 
 	tb.Helper()
 	ctx := context.Background()
 	url := server.NewDatabase(tb)
-	pg, err := allocator.OpenPostgres(ctx, url)
+	pg, err := postgres.Open(ctx, url)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -67,7 +68,7 @@ func newPGInstance(tb testing.TB, server *pgtest.Server, tags map[string]int64, 
 			tb.Fatal(err)
 		}
 	}
-	store := &lossyStore{Postgres: pg}
+	store := &lossyStore{Store: pg}
 	metrics := httpapi.NewMetrics()
 	cfg := allocator.Config{
 		Store: store, Instance: "e2e", Logger: quiet(),

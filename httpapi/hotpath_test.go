@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/testlog"
 	"github.com/idmint/idmint/segment"
@@ -23,7 +24,7 @@ import (
 // other's: every reply holds exactly count IDs, ranges are increasing and
 // merged (consecutive IDs are one pair), and no ID comes twice.
 func TestServer_IDsRanges(t *testing.T) {
-	m := allocator.NewMemStore()
+	m := memstore.New()
 	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: 10}); err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func TestServer_IDsRanges(t *testing.T) {
 // X-Request-Id is kept, others get distinct ones, and an error's log line
 // carries the same ID as the request's access log line.
 func TestServer_RequestIDs(t *testing.T) {
-	a := orderAllocator(t, allocator.NewMemStore())
+	a := orderAllocator(t, memstore.New())
 	var logs testlog.Buffer
 	// A clock a second further at each reading, so that the failure lines,
 	// at most one a second per code, are all written.
@@ -155,7 +156,7 @@ func TestServer_RequestIDs(t *testing.T) {
 
 // TestServer_AccessLogOff checks that the access log is off unless asked for.
 func TestServer_AccessLogOff(t *testing.T) {
-	a := orderAllocator(t, allocator.NewMemStore())
+	a := orderAllocator(t, memstore.New())
 	var logs testlog.Buffer
 	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})))
 	defer srv.Close()
@@ -169,7 +170,7 @@ func TestServer_AccessLogOff(t *testing.T) {
 
 // orderAllocator returns an allocator over m, with the tag "order", whose
 // segments wait up to an hour; wrap, if given, wraps the store.
-func orderAllocator(tb testing.TB, m *allocator.MemStore, wrap ...func(*allocator.MemStore) allocator.Store) *allocator.Allocator {
+func orderAllocator(tb testing.TB, m *memstore.Store, wrap ...func(*memstore.Store) allocator.Store) *allocator.Allocator {
 	tb.Helper()
 	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order"}); err != nil {
 		tb.Fatal(err)
@@ -189,7 +190,7 @@ func orderAllocator(tb testing.TB, m *allocator.MemStore, wrap ...func(*allocato
 }
 
 // blockingStore never answers an allocation until its context ends.
-type blockingStore struct{ *allocator.MemStore }
+type blockingStore struct{ *memstore.Store }
 
 func (blockingStore) Allocate(ctx context.Context, _ allocator.Request) (allocator.Segment, error) {
 	<-ctx.Done()
@@ -200,7 +201,7 @@ func (blockingStore) Allocate(ctx context.Context, _ allocator.Request) (allocat
 // bounded by RequestTimeout even when the buffer would wait far longer: the
 // deadline's timer starts lazily, but it does start.
 func TestServer_RequestTimeout(t *testing.T) {
-	a := orderAllocator(t, allocator.NewMemStore(), func(m *allocator.MemStore) allocator.Store { return blockingStore{m} })
+	a := orderAllocator(t, memstore.New(), func(m *memstore.Store) allocator.Store { return blockingStore{m} })
 	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), RequestTimeout: 50 * time.Millisecond})))
 	defer srv.Close()
 	// The client gives up long before the buffer would: a request that is
@@ -214,7 +215,7 @@ func TestServer_RequestTimeout(t *testing.T) {
 // TestServer_Recoverer_Metrics checks that a panic is counted as a 500 of
 // its route, like any reply.
 func TestServer_Recoverer_Metrics(t *testing.T) {
-	a := allocator.New(allocator.Config{Store: allocator.NewMemStore(), Logger: quiet()})
+	a := allocator.New(allocator.Config{Store: memstore.New(), Logger: quiet()})
 	t.Cleanup(func() { a.Close(context.Background()) })
 	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: panicking{a}, Logger: quiet()})))
 	defer srv.Close()

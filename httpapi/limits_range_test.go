@@ -99,8 +99,8 @@ func TestLimits_RangeGrants(t *testing.T) {
 			flooder, other := client, clientFrom(t, "127.0.0.2")
 			var floodBearer, otherBearer string
 			if tc.mode == httpapi.AuthToken {
-				_, floodBearer = token(t, m, "flood", "ids")
-				_, otherBearer = token(t, m, "other", "ids")
+				_, floodBearer = newToken(t, m, "flood", "ids")
+				_, otherBearer = newToken(t, m, "other", "ids")
 				other = client
 			}
 			grant := func(c *http.Client, bearer string, id uuid.UUID) (int, http.Header, []byte) {

@@ -16,14 +16,16 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/token"
 	"github.com/idmint/idmint/wire"
 )
 
-// limitedServer serves the API over a MemStore with the limits and auth
+// limitedServer serves the API over a memstore.Store with the limits and auth
 // given, through HTTPServer, on loopback.
-func limitedServer(t *testing.T, auth httpapi.AuthConfig, limits httpapi.Limits) (*httpapi.Server, string, *allocator.MemStore) {
+func limitedServer(t *testing.T, auth httpapi.AuthConfig, limits httpapi.Limits) (*httpapi.Server, string, *memstore.Store) {
 	t.Helper()
 	return limitedServerAt(t, auth, limits, nil)
 }
@@ -31,13 +33,13 @@ func limitedServer(t *testing.T, auth httpapi.AuthConfig, limits httpapi.Limits)
 // limitedServerAt is limitedServer on the clock now (nil: time.Now). A
 // request's deadline is the server's clock plus its timeout, met by the
 // real clock: a clock that stands still (frozenClock) gets a minute.
-func limitedServerAt(t *testing.T, auth httpapi.AuthConfig, limits httpapi.Limits, now func() time.Time) (*httpapi.Server, string, *allocator.MemStore) {
+func limitedServerAt(t *testing.T, auth httpapi.AuthConfig, limits httpapi.Limits, now func() time.Time) (*httpapi.Server, string, *memstore.Store) {
 	t.Helper()
 	timeout := 5 * time.Second
 	if now != nil {
 		timeout = time.Minute
 	}
-	m := allocator.NewMemStore()
+	m := memstore.New()
 	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: 1000}); err != nil {
 		t.Fatal(err)
 	}
@@ -165,8 +167,8 @@ func TestLimits_Inputs(t *testing.T) {
 func TestLimits_RateByIDs(t *testing.T) {
 	t.Run("per token", func(t *testing.T) {
 		_, base, m := limitedServer(t, httpapi.AuthConfig{IDs: httpapi.AuthToken}, httpapi.Limits{IDsPerSecondPerToken: 10})
-		_, greedy := token(t, m, "greedy", "ids")
-		_, modest := token(t, m, "modest", "ids")
+		_, greedy := newToken(t, m, "greedy", "ids")
+		_, modest := newToken(t, m, "modest", "ids")
 		// The burst admits one request of the largest count (100).
 		if s, _, body := getWith(t, base+"/ids?biz_tag=order&count=100", greedy); s != 200 {
 			t.Fatalf("first batch: %d %s", s, body)
@@ -194,7 +196,7 @@ func TestLimits_RateByIDs(t *testing.T) {
 		_, base, m := limitedServer(t, httpapi.AuthConfig{IDs: httpapi.AuthToken}, httpapi.Limits{IDsPerSecondPerToken: 10})
 		bulk := rateToken(t, m, "bulk", 1e6)
 		trickle := rateToken(t, m, "trickle", 0.01) // one ID per 100 s: no stall of a busy machine refills it
-		_, plain := token(t, m, "plain", "ids")
+		_, plain := newToken(t, m, "plain", "ids")
 		for i := range 20 { // 2,000 IDs at once: far past the instance's 10/s
 			if s, _, body := getWith(t, base+"/ids?biz_tag=order&count=100", bulk); s != 200 {
 				t.Fatalf("bulk batch %d: %d %s", i, s, body)
@@ -264,8 +266,8 @@ func TestLimits_SegmentsByIDs(t *testing.T) {
 		if _, err := m.CreateTag(t.Context(), allocator.TagSpec{Name: "range", Step: 10, MaxStep: 100}); err != nil {
 			t.Fatal(err)
 		}
-		_, greedy := token(t, m, "greedy", "ids")
-		_, modest := token(t, m, "modest", "ids")
+		_, greedy := newToken(t, m, "greedy", "ids")
+		_, modest := newToken(t, m, "modest", "ids")
 		// The burst is 100 IDs (MaxCount): one range of 100 spends it.
 		if s, _, body := grant(t, base, greedy, "range", 100); s != 200 {
 			t.Fatalf("first range: %d %s", s, body)
@@ -304,9 +306,9 @@ func TestLimits_SegmentsByIDs(t *testing.T) {
 
 // rateToken creates a token for every tag's IDs with its own rate and
 // returns its bearer string.
-func rateToken(t *testing.T, store allocator.TokenStore, name string, perSecond float64) string {
+func rateToken(t *testing.T, store token.Store, name string, perSecond float64) string {
 	t.Helper()
-	tok, bearer, err := allocator.NewToken(name, []string{"ids"})
+	tok, bearer, err := token.New(name, []string{"ids"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,9 +66,9 @@ func TestLogin_Cookie(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := newTokenInstance(t, store, httpapi.AuthConfig{IDs: httpapi.AuthToken, ProtectMonitoring: true}, httpapi.Limits{})
-	monTok, monitor := token(t, store, "browser", "monitor")
-	_, admin := token(t, store, "ops", "admin")
-	_, both := token(t, store, "wide", "monitor", "ids")
+	monTok, monitor := newToken(t, store, "browser", "monitor")
+	_, admin := newToken(t, store, "ops", "admin")
+	_, both := newToken(t, store, "wide", "monitor", "ids")
 
 	t.Run("dashboard sends a browser to the form", func(t *testing.T) {
 		resp, _ := send(t, p, "GET", "/id/dashboard", "", "Accept", "text/html,application/xhtml+xml")
@@ -231,7 +231,7 @@ func TestLogin_Browser(t *testing.T) {
 	if _, err := store.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: 100}); err != nil {
 		t.Fatal(err)
 	}
-	_, monitor := token(t, store, "browser", "monitor")
+	_, monitor := newToken(t, store, "browser", "monitor")
 	a := allocator.New(allocator.Config{Store: store, Instance: "login", Logger: quiet()})
 	t.Cleanup(func() { a.Close(context.Background()) })
 	api := httpapi.NewServer(httpapi.Config{Allocator: a, Instance: "login", Logger: quiet(),

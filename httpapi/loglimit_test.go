@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/testlog"
@@ -37,6 +39,12 @@ func (f failingAllocator) TagStats(_ context.Context, tag string) (segment.Stats
 	return segment.Stats{}, f.err(tag)
 }
 func (failingAllocator) Ping(context.Context) error { return allocator.ErrUnavailable }
+func (f failingAllocator) GrantRange(_ context.Context, r allocator.RangeRequest) (allocator.Segment, bool, error) {
+	return allocator.Segment{}, false, f.err(r.Tag)
+}
+func (f failingAllocator) GiveBackRange(_ context.Context, _ uuid.UUID, _ allocator.Holder, tag string, _, _ int64) (bool, error) {
+	return false, f.err(tag)
+}
 
 // failureLines reads the "request failed" lines of a JSON log: how many per
 // code, and the suppressed counts they report, added up per code.

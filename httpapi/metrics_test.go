@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
+	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/segment"
@@ -43,15 +45,15 @@ var exportedMetrics = []string{
 	"idmint_http_request_duration_seconds",
 }
 
-// newMetricsServer is an API over a MemStore with the load hook wired as
+// newMetricsServer is an API over a memstore.Store with the load hook wired as
 // cmd/idmint wires it.
 func newMetricsServer(tb testing.TB) (*httptest.Server, *switchableStore) {
 	tb.Helper()
-	m := allocator.NewMemStore()
+	m := memstore.New()
 	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: 10}); err != nil {
 		tb.Fatal(err)
 	}
-	store := &switchableStore{MemStore: m}
+	store := &switchableStore{Store: m}
 	metrics := httpapi.NewMetrics()
 	a := allocator.New(allocator.Config{
 		Store: store, Logger: quiet(), RetryMin: time.Millisecond, RetryMax: time.Millisecond,
@@ -60,7 +62,7 @@ func newMetricsServer(tb testing.TB) (*httptest.Server, *switchableStore) {
 	})
 	tb.Cleanup(func() { a.Close(context.Background()) })
 	// A primary with one asynchronous standby, for the replication series.
-	repl := replicationSource{st: allocator.ReplicationStatus{Replicas: 1, Timeline: 1, InitialTimeline: 1, Required: allocator.ReplicasAuto, Ack: allocator.AckFlush}}
+	repl := replicationSource{st: postgres.ReplicationStatus{Replicas: 1, Timeline: 1, InitialTimeline: 1, Required: postgres.ReplicasAuto, Ack: postgres.AckFlush}}
 	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), Metrics: metrics, Replication: repl})))
 	tb.Cleanup(srv.Close)
 	return srv, store

@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/segment"
 )
 
 // slowStore takes a while per segment, as a loaded database would.
 type slowStore struct {
-	*allocator.MemStore
+	*memstore.Store
 	delay time.Duration
 }
 
@@ -25,18 +26,18 @@ func (s *slowStore) Allocate(ctx context.Context, req allocator.Request) (alloca
 	case <-ctx.Done():
 		return allocator.Segment{}, ctx.Err()
 	}
-	return s.MemStore.Allocate(ctx, req)
+	return s.Store.Allocate(ctx, req)
 }
 
 // TestServer_IDsPartial: /ids on a tag of step 1 that cannot gather count
 // IDs before the request timeout hands out the IDs it took, instead of a
 // 503 that loses them; the next ID follows them.
 func TestServer_IDsPartial(t *testing.T) {
-	m := allocator.NewMemStore()
+	m := memstore.New()
 	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "tiny", Step: 1, MaxStep: 1}); err != nil {
 		t.Fatal(err)
 	}
-	a := allocator.New(allocator.Config{Store: &slowStore{MemStore: m, delay: 20 * time.Millisecond}, Logger: quiet(),
+	a := allocator.New(allocator.Config{Store: &slowStore{Store: m, delay: 20 * time.Millisecond}, Logger: quiet(),
 		Segment: segment.Config{WaitTimeout: 5 * time.Second, LoadTimeout: 5 * time.Second}})
 	t.Cleanup(func() { a.Close(context.Background()) })
 	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), MaxCount: 1000,

@@ -18,6 +18,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
+	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/pgtest"
 	"github.com/idmint/idmint/internal/redact"
@@ -94,7 +96,7 @@ func TestRedact_ConnectErrors(t *testing.T) {
 
 			// idmint over the store that cannot connect, with Snowflake
 			// mode whose leases fail the same way.
-			pg := allocator.NewPostgres(pool)
+			pg := postgres.New(pool)
 			metrics := httpapi.NewMetrics()
 			a := allocator.New(allocator.Config{Store: pg, Instance: "redact", Logger: logger,
 				Segment: segment.Config{LoadTimeout: 2 * time.Second, WaitTimeout: 2 * time.Second, OnLoad: metrics.ObserveLoad}})
@@ -106,11 +108,11 @@ func TestRedact_ConnectErrors(t *testing.T) {
 
 			// An instance whose database answers but whose last grant
 			// could not be confirmed on a standby, with that same error.
-			mem := allocator.NewMemStore()
+			mem := memstore.New()
 			b := allocator.New(allocator.Config{Store: mem, Instance: "redact", Logger: logger})
 			t.Cleanup(func() { b.Close(context.Background()) })
 			standby := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: b, Instance: "redact", Logger: logger,
-				Replication: waitFailed{connectErr}}))
+				Replication: waitFailed{replicationSource{err: connectErr}}}))
 			t.Cleanup(standby.Close)
 
 			surfaces := map[string]string{}
@@ -266,13 +268,13 @@ func (p preparedLeases) Prepare(ctx context.Context, l snowflake.Layout) error {
 }
 
 // waitFailed is a replication source whose last grant could not be
-// confirmed on the standbys because of err.
-type waitFailed struct{ err error }
+// confirmed on the standbys because of err. It remembers no standby.
+type waitFailed struct{ replicationSource }
 
-func (w waitFailed) ReplicationStatus(context.Context) (allocator.ReplicationStatus, error) {
+func (w waitFailed) ReplicationStatus(context.Context) (postgres.ReplicationStatus, error) {
 	if w.err == nil {
-		return allocator.ReplicationStatus{}, errors.New("no error to report")
+		return postgres.ReplicationStatus{}, errors.New("no error to report")
 	}
-	return allocator.ReplicationStatus{Timeline: 1, InitialTimeline: 1, SynchronousCommit: "on", Required: allocator.ReplicasAuto,
-		Ack: allocator.AckFlush, WaitFailures: 1, LastWaitError: "grant 42: " + w.err.Error()}, nil
+	return postgres.ReplicationStatus{Timeline: 1, InitialTimeline: 1, SynchronousCommit: "on", Required: postgres.ReplicasAuto,
+		Ack: postgres.AckFlush, WaitFailures: 1, LastWaitError: "grant 42: " + w.err.Error()}, nil
 }

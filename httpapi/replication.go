@@ -11,15 +11,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/internal/redact"
 )
 
-// ReplicationSource reports a database's streaming replication.
+// ReplicationSource reports a database's streaming replication, and
+// manages the standbys idmint remembers (StandbyAdmin): a postgres.Store.
 type ReplicationSource interface {
-	ReplicationStatus(ctx context.Context) (allocator.ReplicationStatus, error)
+	ReplicationStatus(ctx context.Context) (postgres.ReplicationStatus, error)
+	StandbyAdmin
 }
 
-var _ ReplicationSource = (*allocator.Postgres)(nil)
+var _ ReplicationSource = (*postgres.Store)(nil)
 
 // ReplicationHealth is the replication part of /id/health: whether the
 // database can lose grants on failover.
@@ -64,22 +67,22 @@ type ReplicationHealth struct {
 	// Standbys is the required set: every server that could be promoted
 	// (kind streaming, slot or remembered), each of which must have a grant
 	// before it is served.
-	Standbys []allocator.Standby `json:"standbys"`
+	Standbys []postgres.Standby `json:"standbys"`
 	// HeldStandbys are those the last grant waited for in vain, each with
 	// the time it first held one back; HeldSeconds how long the oldest has;
 	// BuffersLastSeconds the smallest seconds_until_dry among the tags: how
 	// long callers are still served while grants are held (null when no
 	// tag has a rate).
-	HeldStandbys       []allocator.HeldStandby `json:"held_standbys"`
-	HeldSeconds        float64                 `json:"held_seconds"`
-	BuffersLastSeconds *float64                `json:"buffers_last_seconds,omitempty"`
+	HeldStandbys       []postgres.HeldStandby `json:"held_standbys"`
+	HeldSeconds        float64                `json:"held_seconds"`
+	BuffersLastSeconds *float64               `json:"buffers_last_seconds,omitempty"`
 	// Warnings: what an operator should look at; each one makes the status
 	// degraded.
 	Warnings []string `json:"warnings"`
 }
 
 // heldSeconds is how long the oldest of held has held grants back.
-func heldSeconds(held []allocator.HeldStandby, now time.Time) float64 {
+func heldSeconds(held []postgres.HeldStandby, now time.Time) float64 {
 	if len(held) == 0 {
 		return 0
 	}
@@ -133,10 +136,10 @@ func (s *Server) replicationHealth(ctx context.Context) *ReplicationHealth {
 		h.Warnings = []string{}
 	}
 	if h.Standbys == nil {
-		h.Standbys = []allocator.Standby{}
+		h.Standbys = []postgres.Standby{}
 	}
 	if h.HeldStandbys == nil {
-		h.HeldStandbys = []allocator.HeldStandby{}
+		h.HeldStandbys = []postgres.HeldStandby{}
 	}
 	// A standby without a slot is named by its client address: health is
 	// readable by anyone unless monitoring is protected, so names go
@@ -224,21 +227,21 @@ func (c *replicationCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.heldSeconds, heldSeconds(st.Held, time.Now()))
 }
 
-// StandbyAdmin lists and forgets the standbys idmint remembers (an
-// allocator.Postgres). The Replication source, when it is one, gets the
-// admin routes GET /v1/standbys and DELETE /v1/standbys/{name}.
+// StandbyAdmin lists and forgets the standbys idmint remembers (part of
+// ReplicationSource): the admin routes GET /v1/standbys and DELETE
+// /v1/standbys/{name}.
 type StandbyAdmin interface {
-	Standbys(ctx context.Context) ([]allocator.StandbyRecord, error)
+	Standbys(ctx context.Context) ([]postgres.StandbyRecord, error)
 	ForgetStandby(ctx context.Context, name string) error
 }
 
-var _ StandbyAdmin = (*allocator.Postgres)(nil)
+var _ StandbyAdmin = (*postgres.Store)(nil)
 
-// mountStandbys adds the standby routes when the replication source can
-// manage them and the admin API is on; they need an admin token.
+// mountStandbys adds the standby routes when there is a replication
+// source and the admin API is on; they need an admin token.
 func (s *Server) mountStandbys(r chi.Router) {
-	sa, ok := s.cfg.Replication.(StandbyAdmin)
-	if !ok || s.cfg.Admin == nil {
+	sa := s.cfg.Replication
+	if sa == nil || s.cfg.Admin == nil {
 		return
 	}
 	admin := r.With(s.requireScope("admin", func(p *principal) bool { return p.admin }))
@@ -249,10 +252,10 @@ func (s *Server) mountStandbys(r chi.Router) {
 			return
 		}
 		if recs == nil {
-			recs = []allocator.StandbyRecord{}
+			recs = []postgres.StandbyRecord{}
 		}
 		writeJSON(w, http.StatusOK, struct {
-			Standbys []allocator.StandbyRecord `json:"standbys"`
+			Standbys []postgres.StandbyRecord `json:"standbys"`
 		}{recs})
 	})
 	admin.Delete("/v1/standbys/{name}", func(w http.ResponseWriter, r *http.Request) {

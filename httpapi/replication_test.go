@@ -9,23 +9,31 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
+	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/httpapi"
 )
 
 // replicationSource is a fixed replication status: the health rules are
 // about what the status says; the failover tests read real ones.
 type replicationSource struct {
-	st  allocator.ReplicationStatus
+	st  postgres.ReplicationStatus
 	err error
 }
 
-func (s replicationSource) ReplicationStatus(context.Context) (allocator.ReplicationStatus, error) {
+func (s replicationSource) ReplicationStatus(context.Context) (postgres.ReplicationStatus, error) {
 	return s.st, s.err
 }
 
+// Standbys lists none: the fixed status remembers no standby.
+func (replicationSource) Standbys(context.Context) ([]postgres.StandbyRecord, error) { return nil, nil }
+
+// ForgetStandby finds none.
+func (replicationSource) ForgetStandby(context.Context, string) error { return allocator.ErrNotFound }
+
 func TestHealth_Replication(t *testing.T) {
-	base := allocator.ReplicationStatus{Timeline: 1, InitialTimeline: 1, Required: allocator.ReplicasAuto, Ack: allocator.AckFlush}
-	with := func(f func(*allocator.ReplicationStatus)) allocator.ReplicationStatus {
+	base := postgres.ReplicationStatus{Timeline: 1, InitialTimeline: 1, Required: postgres.ReplicasAuto, Ack: postgres.AckFlush}
+	with := func(f func(*postgres.ReplicationStatus)) postgres.ReplicationStatus {
 		st := base
 		f(&st)
 		return st
@@ -40,29 +48,29 @@ func TestHealth_Replication(t *testing.T) {
 		metric  string // in /metrics, when set
 	}{
 		{name: "single server", src: replicationSource{st: base}, status: httpapi.StatusOK, metric: "idmint_database_replicas_connected 0"},
-		{name: "synchronous standby", src: replicationSource{st: with(func(s *allocator.ReplicationStatus) { s.Replicas, s.SyncReplicas = 1, 1 })},
+		{name: "synchronous standby", src: replicationSource{st: with(func(s *postgres.ReplicationStatus) { s.Replicas, s.SyncReplicas = 1, 1 })},
 			status: httpapi.StatusOK, metric: "idmint_database_sync_replicas 1"},
-		{name: "async, idmint waits", src: replicationSource{st: with(func(s *allocator.ReplicationStatus) { s.Replicas = 2 })},
+		{name: "async, idmint waits", src: replicationSource{st: with(func(s *postgres.ReplicationStatus) { s.Replicas = 2 })},
 			status: httpapi.StatusDegraded, reason: "only asynchronous replicas (2)", metric: "idmint_database_grants_at_risk 0"},
-		{name: "async, wait off", src: replicationSource{st: with(func(s *allocator.ReplicationStatus) { s.Replicas, s.Required = 1, 0 })},
+		{name: "async, wait off", src: replicationSource{st: with(func(s *postgres.ReplicationStatus) { s.Replicas, s.Required = 1, 0 })},
 			status: httpapi.StatusDegraded, reason: "can lose grants already served", atRisk: true, metric: "idmint_database_grants_at_risk 1"},
-		{name: "fewer than required", src: replicationSource{st: with(func(s *allocator.ReplicationStatus) { s.Replicas, s.SyncReplicas, s.Required = 1, 1, 2 })},
+		{name: "fewer than required", src: replicationSource{st: with(func(s *postgres.ReplicationStatus) { s.Replicas, s.SyncReplicas, s.Required = 1, 1, 2 })},
 			status: httpapi.StatusDegraded, reason: "replicas_required 2 but 1 connected"},
-		{name: "hidden from the role", src: replicationSource{st: with(func(s *allocator.ReplicationStatus) { s.Hidden = 1 })},
+		{name: "hidden from the role", src: replicationSource{st: with(func(s *postgres.ReplicationStatus) { s.Hidden = 1 })},
 			status: httpapi.StatusDegraded, reason: "grant it pg_monitor", metric: "idmint_database_replicas_hidden 1"},
-		{name: "hidden, wait off", src: replicationSource{st: with(func(s *allocator.ReplicationStatus) { s.Hidden, s.Required = 1, 0 })},
+		{name: "hidden, wait off", src: replicationSource{st: with(func(s *postgres.ReplicationStatus) { s.Hidden, s.Required = 1, 0 })},
 			status: httpapi.StatusDegraded, reason: "grant it pg_monitor", atRisk: true, metric: "idmint_database_grants_at_risk 1"},
-		{name: "standby held", src: replicationSource{st: with(func(s *allocator.ReplicationStatus) {
-			away := allocator.Standby{Name: "db2", Kind: allocator.KindRemembered, State: "disconnected"}
-			s.Standbys, s.Held = []allocator.Standby{away}, []allocator.HeldStandby{{Standby: away, Since: time.Now().Add(-time.Minute)}}
+		{name: "standby held", src: replicationSource{st: with(func(s *postgres.ReplicationStatus) {
+			away := postgres.Standby{Name: "db2", Kind: postgres.KindRemembered, State: "disconnected"}
+			s.Standbys, s.Held = []postgres.Standby{away}, []postgres.HeldStandby{{Standby: away, Since: time.Now().Add(-time.Minute)}}
 		})},
 			status: httpapi.StatusDegraded, reason: "waiting for db2 (remembered, disconnected)", metric: "idmint_replication_held_standbys 1"},
-		{name: "failover seen", src: replicationSource{st: with(func(s *allocator.ReplicationStatus) { s.Timeline = 2 })},
+		{name: "failover seen", src: replicationSource{st: with(func(s *postgres.ReplicationStatus) { s.Timeline = 2 })},
 			status: httpapi.StatusOK, changed: true, metric: "idmint_database_timeline_changed 1"},
 		{name: "status unreadable", src: replicationSource{err: errors.New("boom")}, status: httpapi.StatusOK},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			store := allocator.NewMemStore()
+			store := memstore.New()
 			a := allocator.New(allocator.Config{Store: store, Logger: quiet()})
 			t.Cleanup(func() { a.Close(context.Background()) })
 			srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), Replication: tt.src}))
@@ -96,7 +104,7 @@ func TestHealth_Replication(t *testing.T) {
 	}
 
 	t.Run("no source", func(t *testing.T) {
-		a := allocator.New(allocator.Config{Store: allocator.NewMemStore(), Logger: quiet()})
+		a := allocator.New(allocator.Config{Store: memstore.New(), Logger: quiet()})
 		t.Cleanup(func() { a.Close(context.Background()) })
 		srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet()}))
 		t.Cleanup(srv.Close)
@@ -110,7 +118,7 @@ func TestHealth_Replication(t *testing.T) {
 // DELETE /v1/standbys/{name} forgets one, with an admin token only; a name
 // not remembered is a 404.
 func TestAdmin_Standbys(t *testing.T) {
-	pg := stores(t)["postgres"](t).(*allocator.Postgres)
+	pg := stores(t)["postgres"](t).(*postgres.Store)
 	if _, err := pg.Pool().Exec(context.Background(), `INSERT INTO idmint_standbys (name, slot, timeline) VALUES ('db2@10.0.0.2', false, 1)`); err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +128,7 @@ func TestAdmin_Standbys(t *testing.T) {
 		Allocator: a, Logger: quiet(), Admin: pg, Replication: pg, Auth: httpapi.AuthConfig{Tokens: pg},
 	})))
 	t.Cleanup(srv.Close)
-	_, admin := token(t, pg, "ops", "admin")
+	_, admin := newToken(t, pg, "ops", "admin")
 
 	if s, _, body := do(t, srv, "GET", "/v1/standbys", "", nil); s != 401 {
 		t.Fatalf("list without a token: %d %s", s, body)

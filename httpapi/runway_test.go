@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/segment"
@@ -18,7 +19,7 @@ import (
 // newRunwayInstance serves tags on a MemStore with an instance runway.
 func newRunwayInstance(tb testing.TB, runway time.Duration, specs ...allocator.TagSpec) *pgInstance {
 	tb.Helper()
-	store := allocator.NewMemStore()
+	store := memstore.New()
 	for _, spec := range specs {
 		if _, err := store.CreateTag(context.Background(), spec); err != nil {
 			tb.Fatal(err)
@@ -88,9 +89,9 @@ func TestHealth_Runway(t *testing.T) {
 // TestAdmin_TagRunway: the admin API creates and changes a tag's runway in
 // seconds, and refuses one out of bounds with a 400 that changes nothing.
 func TestAdmin_TagRunway(t *testing.T) {
-	store := allocator.NewMemStore()
+	store := memstore.New()
 	a := newTokenInstance(t, store, httpapi.AuthConfig{}, httpapi.Limits{})
-	_, admin := token(t, store, "ops", "admin")
+	_, admin := newToken(t, store, "ops", "admin")
 	runwayOf := func(body []byte) float64 {
 		t.Helper()
 		var tj httpapi.TagJSON

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/segment"
 )
@@ -17,7 +18,7 @@ import (
 // leakyStore fails its loads with an error that names the database, as
 // pgx's connection errors do.
 type leakyStore struct {
-	*allocator.MemStore
+	*memstore.Store
 	down *atomic.Bool
 }
 
@@ -27,7 +28,7 @@ func (s leakyStore) Allocate(ctx context.Context, req allocator.Request) (alloca
 	if s.down.Load() {
 		return allocator.Segment{}, errLeaky
 	}
-	return s.MemStore.Allocate(ctx, req)
+	return s.Store.Allocate(ctx, req)
 }
 
 func (s leakyStore) Ping(context.Context) error {
@@ -40,7 +41,7 @@ func (s leakyStore) Ping(context.Context) error {
 // TestHealth_NoConnectionDetails: /id/health reports a failing database
 // without its user, name, address or host.
 func TestHealth_NoConnectionDetails(t *testing.T) {
-	m := allocator.NewMemStore()
+	m := memstore.New()
 	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: 10}); err != nil {
 		t.Fatal(err)
 	}

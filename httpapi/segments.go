@@ -22,11 +22,11 @@ const anonymous = "anonymous"
 // a tag's step and max_step. The store bounds it further by the tag's own.
 const maxRangeSize = 100_000_000
 
-// SegmentGranter is what the range endpoints need: allocator.Allocator
-// implements it. The server mounts them when its Allocator is one.
+// SegmentGranter is what the range endpoints need (part of Allocator):
+// allocator.Allocator implements it.
 type SegmentGranter interface {
 	GrantRange(ctx context.Context, req allocator.RangeRequest) (allocator.Segment, bool, error)
-	ReturnRange(ctx context.Context, id uuid.UUID, h allocator.Holder, tag string, first, last int64) (bool, error)
+	GiveBackRange(ctx context.Context, id uuid.UUID, h allocator.Holder, tag string, first, last int64) (bool, error)
 }
 
 var _ SegmentGranter = (*allocator.Allocator)(nil)
@@ -102,7 +102,7 @@ func (s *Server) handleGiveBack(w http.ResponseWriter, r *http.Request, g Segmen
 		return
 	}
 	holder := allocator.NewHolder(s.principalOf(r), req.HolderKey)
-	ok, err := g.ReturnRange(r.Context(), id, holder, req.Tag, req.First, req.Last)
+	ok, err := g.GiveBackRange(r.Context(), id, holder, req.Tag, req.First, req.Last)
 	if err != nil {
 		s.WriteError(w, r, err)
 		return

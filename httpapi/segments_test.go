@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/wire"
 )
@@ -39,9 +40,9 @@ func holderKey(id uuid.UUID) string { return "key" + strings.ReplaceAll(id.Strin
 
 // rangeServers starts n instances over one store with tag "order" (step
 // 10, max_step 100).
-func rangeServers(tb testing.TB, n int) ([]*httptest.Server, *allocator.MemStore) {
+func rangeServers(tb testing.TB, n int) ([]*httptest.Server, *memstore.Store) {
 	tb.Helper()
-	m := allocator.NewMemStore()
+	m := memstore.New()
 	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: 10, MaxStep: 100}); err != nil {
 		tb.Fatal(err)
 	}

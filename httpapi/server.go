@@ -22,6 +22,8 @@ type Allocator interface {
 	Stats() []segment.Stats
 	TagStats(ctx context.Context, tag string) (segment.Stats, error)
 	Ping(ctx context.Context) error
+	// SegmentGranter serves the range endpoints, /v1/segments.
+	SegmentGranter
 }
 
 var _ Allocator = (*allocator.Allocator)(nil)
@@ -43,7 +45,7 @@ type Config struct {
 	// thousands of requests per second the log costs more than the ID).
 	AccessLog bool
 	// Replication, when set, reports the database's standbys in
-	// /id/health, /metrics and the dashboard (a *allocator.Postgres is
+	// /id/health, /metrics and the dashboard (a *postgres.Store is
 	// one); nil for a database without replication, such as SQLite.
 	Replication ReplicationSource
 	// Metrics is served at /metrics. Nil makes a new one, whose segment
@@ -153,12 +155,10 @@ func NewServer(cfg Config) *Server {
 	if cfg.Snowflake != nil {
 		s.mountSnowflake(r)
 	}
-	if g, ok := cfg.Allocator.(SegmentGranter); ok {
-		// Ranges are IDs: the ID routes' access control, and the token's
-		// scope checked against the body's tag (AuthorizeTag); the ID
-		// limits charged by the handlers, by the IDs granted.
-		r.Mount("/v1/segments", s.idAccess(s.segmentsRouter(g), false))
-	}
+	// Ranges are IDs: the ID routes' access control, and the token's
+	// scope checked against the body's tag (AuthorizeTag); the ID limits
+	// charged by the handlers, by the IDs granted.
+	r.Mount("/v1/segments", s.idAccess(s.segmentsRouter(cfg.Allocator), false))
 	if cfg.RPC != nil {
 		cfg.RPC.Mount(s, r)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/segment"
 )
@@ -27,7 +28,7 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 // switchableStore fails every call while down is set, as an unreachable
 // database would.
 type switchableStore struct {
-	*allocator.MemStore
+	*memstore.Store
 	down atomic.Bool
 }
 
@@ -37,14 +38,14 @@ func (s *switchableStore) Allocate(ctx context.Context, req allocator.Request) (
 	if s.down.Load() {
 		return allocator.Segment{}, errDown
 	}
-	return s.MemStore.Allocate(ctx, req)
+	return s.Store.Allocate(ctx, req)
 }
 
 func (s *switchableStore) Lookup(ctx context.Context, id uuid.UUID) (allocator.Segment, error) {
 	if s.down.Load() {
 		return allocator.Segment{}, errDown
 	}
-	return s.MemStore.Lookup(ctx, id)
+	return s.Store.Lookup(ctx, id)
 }
 
 func (s *switchableStore) Ping(ctx context.Context) error {
@@ -56,11 +57,11 @@ func (s *switchableStore) Ping(ctx context.Context) error {
 
 func newServer(tb testing.TB) (*httptest.Server, *switchableStore) {
 	tb.Helper()
-	m := allocator.NewMemStore()
+	m := memstore.New()
 	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: 10}); err != nil {
 		tb.Fatal(err)
 	}
-	store := &switchableStore{MemStore: m}
+	store := &switchableStore{Store: m}
 	a := allocator.New(allocator.Config{
 		Store: store, Logger: quiet(), RetryMin: time.Millisecond, RetryMax: time.Millisecond,
 		Segment: segment.Config{Period: time.Nanosecond, LoadTimeout: 50 * time.Millisecond, WaitTimeout: 200 * time.Millisecond, MinBackoff: time.Hour},

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/lease"
 	"github.com/idmint/idmint/snowflake"
@@ -35,7 +36,7 @@ func startNode(tb testing.TB, store snowflake.LeaseStore, holder string) *snowfl
 // node.
 func newSnowflakeServer(tb testing.TB, node httpapi.Snowflake) *httptest.Server {
 	tb.Helper()
-	m := allocator.NewMemStore()
+	m := memstore.New()
 	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: 10}); err != nil {
 		tb.Fatal(err)
 	}

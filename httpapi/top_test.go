@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/segment"
 )
@@ -20,7 +21,7 @@ import (
 // format once looped forever there (id <= Last holds for every int64).
 func TestServer_IDsTopOfInt64(t *testing.T) {
 	const step = 10
-	m := allocator.NewMemStore()
+	m := memstore.New()
 	for _, tag := range []string{"top-list", "top-ranges", "order"} {
 		spec := allocator.TagSpec{Name: tag, Step: step, MaxStep: step, Start: math.MaxInt64 - step + 1}
 		if tag == "order" {

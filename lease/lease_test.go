@@ -9,7 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/postgres"
+	"github.com/idmint/idmint/allocator/sqlite"
 	"github.com/idmint/idmint/internal/pgtest"
 	"github.com/idmint/idmint/lease"
 	"github.com/idmint/idmint/migrations"
@@ -29,8 +30,8 @@ type backend struct {
 // connects another store to it.
 func openPostgres(t *testing.T) func() snowflake.LeaseStore {
 	url := pgtest.Shared(t).NewDatabase(t)
-	connect := func() *allocator.Postgres {
-		s, err := allocator.OpenPostgres(context.Background(), url)
+	connect := func() *postgres.Store {
+		s, err := postgres.Open(context.Background(), url)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -45,8 +46,8 @@ func openPostgres(t *testing.T) func() snowflake.LeaseStore {
 // another handle on it.
 func openSQLite(t *testing.T) func() snowflake.LeaseStore {
 	path := filepath.Join(t.TempDir(), "idmint.db")
-	open := func() *allocator.SQLite {
-		s, err := allocator.OpenSQLite(context.Background(), path)
+	open := func() *sqlite.Store {
+		s, err := sqlite.Open(context.Background(), path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -351,7 +352,7 @@ func TestSchema_WorkerIDBounds(t *testing.T) {
 	t.Run("postgres", func(t *testing.T) {
 		url := pgtest.Shared(t).NewDatabase(t)
 		migratePG(t, url)
-		store, err := allocator.OpenPostgres(ctx, url)
+		store, err := postgres.Open(ctx, url)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -362,7 +363,7 @@ func TestSchema_WorkerIDBounds(t *testing.T) {
 		checkBounds(t, ctx, func(q string, args ...any) error { _, err := store.Pool().Exec(ctx, q, args...); return err }, "$1", "$2")
 	})
 	t.Run("sqlite", func(t *testing.T) {
-		store, err := allocator.OpenSQLite(ctx, filepath.Join(t.TempDir(), "idmint.db"))
+		store, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "idmint.db"))
 		if err != nil {
 			t.Fatal(err)
 		}

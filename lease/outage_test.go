@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/internal/checker"
 	"github.com/idmint/idmint/internal/pgtest"
 	"github.com/idmint/idmint/internal/testutil"
@@ -53,7 +53,7 @@ func startNode(t *testing.T, cfg snowflake.Config) *snowflake.Node {
 // pgLeases connects a lease store to dbURL with a pool of its own.
 func pgLeases(t *testing.T, dbURL string) *lease.Postgres {
 	t.Helper()
-	s, err := allocator.OpenPostgres(context.Background(), dbURL)
+	s, err := postgres.Open(context.Background(), dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestNode_DatabaseOutage(t *testing.T) {
 
 func migratePG(t *testing.T, dbURL string) {
 	t.Helper()
-	s, err := allocator.OpenPostgres(context.Background(), dbURL)
+	s, err := postgres.Open(context.Background(), dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 var _ snowflake.LeaseStore = (*SQLite)(nil)
 
 // SQLite keeps the leases in the SQLite file (migration 00003). Its db must
-// begin IMMEDIATE transactions, as allocator.OpenSQLite's does, so that each
+// begin IMMEDIATE transactions, as allocator/sqlite's Open does, so that each
 // step holds the write lock from its first statement: processes sharing the
 // file take turns.
 type SQLite struct {

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/sqlite"
 	"github.com/idmint/idmint/lease"
 	"github.com/idmint/idmint/migrations"
 	"github.com/idmint/idmint/snowflake"
@@ -18,7 +18,7 @@ import (
 // disk, so the caller may not read it as "nothing happened".
 func TestSQLite_FailedCommitIsAmbiguous(t *testing.T) {
 	ctx := ctxT(t)
-	db, err := allocator.OpenSQLite(ctx, filepath.Join(t.TempDir(), "idmint.db"))
+	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "idmint.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/sqlite"
 	"github.com/idmint/idmint/migrations"
 )
 
@@ -14,7 +14,7 @@ import (
 // row behind; once its lease has expired the next Up takes the lock over.
 func TestUp_SQLiteStaleLock(t *testing.T) {
 	ctx := context.Background()
-	store, err := allocator.OpenSQLite(ctx, filepath.Join(t.TempDir(), "idmint.db"))
+	store, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "idmint.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/httpapi"
 	idmintv1 "github.com/idmint/idmint/rpcapi/gen/idmint/v1"
 )
@@ -45,7 +46,7 @@ func BenchmarkGateway_GetID(b *testing.B) {
 }
 
 func benchServer(b *testing.B) (*Service, *httpapi.Server) {
-	m := allocator.NewMemStore()
+	m := memstore.New()
 	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: 100000}); err != nil {
 		b.Fatal(err)
 	}

@@ -21,10 +21,12 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/rpcapi"
 	idmintv1 "github.com/idmint/idmint/rpcapi/gen/idmint/v1"
 	"github.com/idmint/idmint/rpcapi/gen/idmint/v1/idmintv1connect"
+	"github.com/idmint/idmint/token"
 	"github.com/idmint/idmint/wire"
 )
 
@@ -42,7 +44,7 @@ type fixture struct {
 func newFixture(tb testing.TB, mode httpapi.AuthMode) *fixture {
 	tb.Helper()
 	ctx := context.Background()
-	m := allocator.NewMemStore()
+	m := memstore.New()
 	if _, err := m.CreateTag(ctx, allocator.TagSpec{Name: "order", Step: 10, MaxStep: 100}); err != nil {
 		tb.Fatal(err)
 	}
@@ -51,7 +53,7 @@ func newFixture(tb testing.TB, mode httpapi.AuthMode) *fixture {
 		dst   *string
 		scope string
 	}{{&f.admin, "admin"}, {&f.ids, "ids:order"}, {&f.none, "monitor"}} {
-		t, secret, err := allocator.NewToken(tk.scope, []string{tk.scope})
+		t, secret, err := token.New(tk.scope, []string{tk.scope})
 		if err != nil {
 			tb.Fatal(err)
 		}

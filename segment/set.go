@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"regexp"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/idmint/idmint/internal/tagname"
 )
 
 // Granter grants ranges to the tags of a Set, idempotently by request ID:
@@ -72,17 +73,12 @@ type classified struct{ kind, err error }
 func (c *classified) Error() string   { return c.err.Error() }
 func (c *classified) Unwrap() []error { return []error{c.err, c.kind} }
 
-var tagPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$`)
-
 // ValidateTag reports whether name is a valid tag: 1 to 64 characters of
 // letters, digits, '_', '.', ':' and '-', starting with a letter or digit.
 // Its error wraps ErrInvalidTag and quotes at most 80 bytes of name.
 func ValidateTag(name string) error {
-	if !tagPattern.MatchString(name) {
-		if len(name) > 80 {
-			name = name[:80] + "…"
-		}
-		return fmt.Errorf("%w: %q: want 1-64 of [A-Za-z0-9_.:-], starting with a letter or digit", ErrInvalidTag, name)
+	if !tagname.Valid(name) {
+		return fmt.Errorf("%w: %q: want 1-64 of [A-Za-z0-9_.:-], starting with a letter or digit", ErrInvalidTag, tagname.Truncate(name, 80))
 	}
 	return nil
 }

@@ -16,7 +16,10 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/postgres"
+	"github.com/idmint/idmint/allocator/sqlite"
 	"github.com/idmint/idmint/migrations"
+	"github.com/idmint/idmint/token"
 )
 
 // storeConfig chooses the store: PostgreSQL or a SQLite file by the scheme
@@ -42,7 +45,7 @@ const sqliteFile = "idmint.db"
 type openedStore struct {
 	store   allocator.Store
 	admin   allocator.Admin
-	tokens  allocator.TokenStore
+	tokens  token.Store
 	dialect migrations.Dialect
 	close   func()
 	// applied lists the migrations this open applied; version is the
@@ -149,7 +152,7 @@ func openStore(ctx context.Context, c storeConfig, migrate bool, logger *slog.Lo
 			return nil, fmt.Errorf("sqlite file %s: its directory %s does not exist; create it first (the file itself is created)", path, dir)
 		}
 	}
-	store, err := allocator.OpenSQLite(ctx, path)
+	store, err := sqlite.Open(ctx, path)
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +172,7 @@ func openStore(ctx context.Context, c storeConfig, migrate bool, logger *slog.Lo
 // openPostgres connects, optionally migrates, and checks that the schema is
 // the one this binary knows.
 func openPostgres(ctx context.Context, url string, migrate bool, logger *slog.Logger) (*openedStore, error) {
-	store, err := allocator.OpenPostgres(ctx, url)
+	store, err := postgres.Open(ctx, url)
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +197,7 @@ func openPostgres(ctx context.Context, url string, migrate bool, logger *slog.Lo
 // timeout (1 s per host of a multi-host URL): a server in the middle of a
 // failover, or one too loaded to finish authentication in time, would fail
 // a start that a second later succeeds.
-func pingUntil(ctx context.Context, store *allocator.Postgres, limit time.Duration) error {
+func pingUntil(ctx context.Context, store *postgres.Store, limit time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	pause := 100 * time.Millisecond

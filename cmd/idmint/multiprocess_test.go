@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/sqlite"
 	"github.com/idmint/idmint/internal/testutil"
 )
 
@@ -179,7 +179,7 @@ func TestMultiProcess_SQLite(t *testing.T) {
 		}
 	}
 
-	store, err := allocator.OpenSQLite(context.Background(), dbPath)
+	store, err := sqlite.Open(context.Background(), dbPath)
 	if err != nil {
 		t.Fatal(err)
 	}

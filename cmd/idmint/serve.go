@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/rpcapi"
 	"github.com/idmint/idmint/segment"
@@ -40,7 +41,7 @@ type serveConfig struct {
 	log             logConfig
 	snowflake       snowflakeConfig
 	access          accessConfig
-	replication     allocator.ReplicationConfig
+	replication     postgres.ReplicationConfig
 	tls             tlsServerConfig
 }
 
@@ -139,10 +140,10 @@ func serveFlags(fs *flag.FlagSet) runFunc {
 			return err
 		}
 		var err error
-		if c.replication.Required, err = allocator.ParseReplicas(*replicas); err != nil {
+		if c.replication.Required, err = postgres.ParseReplicas(*replicas); err != nil {
 			return fmt.Errorf("--replicas-required: %w", err)
 		}
-		if c.replication.Ack, err = allocator.ParseReplicaAck(*ack); err != nil {
+		if c.replication.Ack, err = postgres.ParseReplicaAck(*ack); err != nil {
 			return fmt.Errorf("--replica-ack: %w", err)
 		}
 		if c.instance == "" {
@@ -201,7 +202,7 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) 
 	// Grants wait for the standbys of a PostgreSQL primary; a SQLite file
 	// has none.
 	var replication httpapi.ReplicationSource
-	if pg, ok := store.store.(*allocator.Postgres); ok {
+	if pg, ok := store.store.(*postgres.Store); ok {
 		c.replication.Logger = logger
 		pg.SetReplication(c.replication)
 		replication = pg
@@ -324,7 +325,7 @@ func startCPUProfile(path string) (stop func(), err error) {
 }
 
 // logReplication says at start what a failover could cost.
-func logReplication(ctx context.Context, pg *allocator.Postgres, logger *slog.Logger) {
+func logReplication(ctx context.Context, pg *postgres.Store, logger *slog.Logger) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	st, err := pg.ReplicationStatus(ctx)

@@ -8,7 +8,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/postgres"
+	"github.com/idmint/idmint/allocator/sqlite"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/lease"
 	"github.com/idmint/idmint/snowflake"
@@ -66,9 +67,9 @@ func startSnowflake(ctx context.Context, c snowflakeConfig, store *openedStore, 
 	}
 	var leases snowflake.LeaseStore
 	switch s := store.store.(type) {
-	case *allocator.Postgres:
+	case *postgres.Store:
 		leases = lease.NewPostgres(s.Pool())
-	case *allocator.SQLite:
+	case *sqlite.Store:
 		leases = lease.NewSQLite(s.DB())
 	default:
 		return nil, fmt.Errorf("snowflake: no worker-id leases in a %T", store.store)

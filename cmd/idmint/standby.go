@@ -8,14 +8,14 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/postgres"
 )
 
 // standbyFlags registers the store flags and returns a run that opens the
 // store, refuses anything but PostgreSQL, and calls do.
-func standbyFlags(fs *flag.FlagSet, do func(ctx context.Context, pg *allocator.Postgres, out output, args []string) error) runFunc {
+func standbyFlags(fs *flag.FlagSet, do func(ctx context.Context, pg *postgres.Store, out output, args []string) error) runFunc {
 	return storeFlags(fs, func(ctx context.Context, store *openedStore, out output, args []string) error {
-		pg, ok := store.store.(*allocator.Postgres)
+		pg, ok := store.store.(*postgres.Store)
 		if !ok {
 			return errors.New("idmint standby: only PostgreSQL has standbys (--database-url postgres://…)")
 		}
@@ -24,7 +24,7 @@ func standbyFlags(fs *flag.FlagSet, do func(ctx context.Context, pg *allocator.P
 }
 
 func standbyForgetFlags(fs *flag.FlagSet) runFunc {
-	return standbyFlags(fs, func(ctx context.Context, pg *allocator.Postgres, out output, args []string) error {
+	return standbyFlags(fs, func(ctx context.Context, pg *postgres.Store, out output, args []string) error {
 		if err := pg.ForgetStandby(ctx, args[0]); err != nil {
 			return err
 		}
@@ -34,7 +34,7 @@ func standbyForgetFlags(fs *flag.FlagSet) runFunc {
 }
 
 func standbyListFlags(fs *flag.FlagSet) runFunc {
-	return standbyFlags(fs, func(ctx context.Context, pg *allocator.Postgres, out output, _ []string) error {
+	return standbyFlags(fs, func(ctx context.Context, pg *postgres.Store, out output, _ []string) error {
 		recs, err := pg.Standbys(ctx)
 		if err != nil {
 			return err

@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/token"
 )
 
 // scopeList is a flag that may be repeated or comma-separated.
@@ -29,7 +29,7 @@ func (l *scopeList) Set(v string) error {
 
 // tokenFlags registers the store flags and returns a run that opens the
 // store (saying which on stderr) and calls do.
-func tokenFlags(fs *flag.FlagSet, do func(ctx context.Context, tokens allocator.TokenStore, out output, args []string) error) runFunc {
+func tokenFlags(fs *flag.FlagSet, do func(ctx context.Context, tokens token.Store, out output, args []string) error) runFunc {
 	return storeFlags(fs, func(ctx context.Context, store *openedStore, out output, args []string) error {
 		return do(ctx, store.tokens, out, args)
 	})
@@ -44,9 +44,9 @@ func tokenCreateFlags(fs *flag.FlagSet) runFunc {
 	fs.StringVar(&name, "name", "", "who or what the token is for (required)")
 	fs.Var(&scopes, "scope", "admin, monitor, ids, ids:TAG or ids:PREFIX* (repeat or comma-separate; required)")
 	fs.Float64Var(&rate, "rate", 0, "IDs per second this token may take (0: serve's --ids-per-second-per-token)")
-	var tok allocator.Token
+	var tok token.Token
 	var bearer string
-	run := tokenFlags(fs, func(ctx context.Context, tokens allocator.TokenStore, out output, _ []string) error {
+	run := tokenFlags(fs, func(ctx context.Context, tokens token.Store, out output, _ []string) error {
 		created, err := tokens.CreateToken(ctx, tok)
 		if err != nil {
 			return err
@@ -58,10 +58,10 @@ func tokenCreateFlags(fs *flag.FlagSet) runFunc {
 	return func(ctx context.Context, out output, args []string) error {
 		// Check before touching the database.
 		var err error
-		if tok, bearer, err = allocator.NewToken(name, scopes); err != nil {
+		if tok, bearer, err = token.New(name, scopes); err != nil {
 			return err
 		}
-		if err := allocator.ValidateTokenRate(rate); err != nil {
+		if err := token.ValidateRate(rate); err != nil {
 			return err
 		}
 		tok.IDsPerSecond = rate
@@ -70,7 +70,7 @@ func tokenCreateFlags(fs *flag.FlagSet) runFunc {
 }
 
 func tokenListFlags(fs *flag.FlagSet) runFunc {
-	return tokenFlags(fs, func(ctx context.Context, tokens allocator.TokenStore, out output, _ []string) error {
+	return tokenFlags(fs, func(ctx context.Context, tokens token.Store, out output, _ []string) error {
 		list, err := tokens.ListTokens(ctx)
 		if err != nil {
 			return err
@@ -81,17 +81,17 @@ func tokenListFlags(fs *flag.FlagSet) runFunc {
 }
 
 func tokenRevokeFlags(fs *flag.FlagSet) runFunc {
-	return tokenFlags(fs, func(ctx context.Context, tokens allocator.TokenStore, out output, args []string) error {
+	return tokenFlags(fs, func(ctx context.Context, tokens token.Store, out output, args []string) error {
 		t, err := tokens.RevokeToken(ctx, args[0])
 		if err != nil {
 			return err
 		}
-		printTokens(out.stdout, []allocator.Token{t})
+		printTokens(out.stdout, []token.Token{t})
 		return nil
 	})
 }
 
-func printTokens(w io.Writer, tokens []allocator.Token) {
+func printTokens(w io.Writer, tokens []token.Token) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tNAME\tSCOPES\tRATE\tCREATED\tREVOKED")
 	for _, t := range tokens {

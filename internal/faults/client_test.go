@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/client"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/checker"
@@ -262,7 +263,7 @@ func (r *clientRun) halt() {
 // nothing else reached a client; and that each client served only from
 // its ranges. It returns the ranges logged and those received after a lost
 // reply.
-func (r *clientRun) requireExactlyOnce(admin *allocator.Postgres) (logged map[string][2]int64, recovered int) {
+func (r *clientRun) requireExactlyOnce(admin *postgres.Store) (logged map[string][2]int64, recovered int) {
 	t := r.t
 	t.Helper()
 	rows, err := admin.Pool().Query(context.Background(),

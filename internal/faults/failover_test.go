@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/checker"
 	"github.com/idmint/idmint/internal/pgtest"
@@ -28,7 +29,7 @@ import (
 type failover struct {
 	r        *pgtest.Replication
 	url      string
-	required allocator.Replicas
+	required postgres.Replicas
 	mod      func(*allocator.Config) // changes every instance's settings
 	c        *checker.Checker
 	allocs   []*allocator.Allocator
@@ -40,7 +41,7 @@ const failoverTag = "order"
 
 // newFailover starts the pair and the first instances with load on them,
 // through the pair's multi-host URL.
-func newFailover(t *testing.T, opts pgtest.ReplicationOptions, required allocator.Replicas, instances int) *failover {
+func newFailover(t *testing.T, opts pgtest.ReplicationOptions, required postgres.Replicas, instances int) *failover {
 	t.Helper()
 	r := pgtest.NewReplication(t, opts)
 	return newFailoverOn(t, r, r.URL(r.NewDatabase(t)), required, instances, productionAttempts)
@@ -48,14 +49,14 @@ func newFailover(t *testing.T, opts pgtest.ReplicationOptions, required allocato
 
 // productionAttempts gives each store call idmint's default bound (3s):
 // pgx tries the hosts of the multi-host URL within one attempt, 1s each at
-// most (allocator.MultiHostConnectTimeout), so an attempt must leave time
+// most (postgres.MultiHostConnectTimeout), so an attempt must leave time
 // for the second host. A killed container's published port may still
 // accept connections for a moment and never answer.
 func productionAttempts(c *allocator.Config) { c.AttemptTimeout = 3 * time.Second }
 
 // newFailoverOn starts instances on the database at url of the pair r: the
 // tag has step = max_step = 50, so segments are small and loaded often.
-func newFailoverOn(t *testing.T, r *pgtest.Replication, url string, required allocator.Replicas, instances int, mod func(*allocator.Config)) *failover {
+func newFailoverOn(t *testing.T, r *pgtest.Replication, url string, required postgres.Replicas, instances int, mod func(*allocator.Config)) *failover {
 	t.Helper()
 	f := &failover{r: r, url: url, required: required, mod: mod, c: checker.New()}
 	migrate(t, f.url)
@@ -71,7 +72,7 @@ func newFailoverOn(t *testing.T, r *pgtest.Replication, url string, required all
 func (f *failover) start(t *testing.T) *allocator.Allocator {
 	t.Helper()
 	store := open(t, f.url)
-	store.SetReplication(allocator.ReplicationConfig{Required: f.required, Logger: quiet()})
+	store.SetReplication(postgres.ReplicationConfig{Required: f.required, Logger: quiet()})
 	i := len(f.allocs)
 	a := newInstance(t, store, fmt.Sprint("failover-", i), f.mod)
 	f.allocs = append(f.allocs, a)
@@ -189,7 +190,7 @@ func (f *failover) promote(t *testing.T) time.Duration {
 // the same run hands out IDs twice: the check has teeth.
 func TestFailover_AsyncLaggingStandby(t *testing.T) {
 	t.Run("replicas auto", func(t *testing.T) {
-		f := newFailover(t, pgtest.ReplicationOptions{}, allocator.ReplicasAuto, 2)
+		f := newFailover(t, pgtest.ReplicationOptions{}, postgres.ReplicasAuto, 2)
 		f.served(t, 2000, "ids before the stall")
 		h, metrics := f.health(t)
 		if h.Status != httpapi.StatusDegraded || h.Replication.ReplicasConnected != 1 || h.Replication.SyncReplicas != 0 ||
@@ -356,9 +357,9 @@ func (f *failover) kill(t *testing.T) {
 func TestFailover_DisconnectedStandby(t *testing.T) {
 	for _, tt := range []struct {
 		name     string
-		required allocator.Replicas
+		required postgres.Replicas
 	}{
-		{name: "replicas auto", required: allocator.ReplicasAuto},
+		{name: "replicas auto", required: postgres.ReplicasAuto},
 		{name: "replicas off", required: 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -379,7 +380,7 @@ func TestFailover_DisconnectedStandby(t *testing.T) {
 					return f.c.Report().Failed > failedBefore+100
 				})
 				h, metrics := f.health(t)
-				if len(h.Replication.HeldStandbys) != 1 || h.Replication.HeldStandbys[0].Kind != allocator.KindRemembered ||
+				if len(h.Replication.HeldStandbys) != 1 || h.Replication.HeldStandbys[0].Kind != postgres.KindRemembered ||
 					!strings.Contains(metrics, "idmint_replication_held_standbys 1") ||
 					!strings.Contains(strings.Join(h.Reasons, ";"), "held back since") {
 					t.Fatalf("/id/health while the standby is away: %+v %q; want it held, remembered", h.Replication.HeldStandbys, h.Reasons)

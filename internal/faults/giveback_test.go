@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/internal/checker"
 	"github.com/idmint/idmint/internal/pgtest"
 	"github.com/idmint/idmint/internal/testutil"
@@ -17,7 +18,7 @@ import (
 // slot restarts times (Close, which gives back, then a new instance), then
 // closes them all, newest range first. It returns the checker report and
 // the gap: IDs below max_id never handed out.
-func rollingRestart(t *testing.T, store *allocator.Postgres, slots, restarts int, giveBack bool) (checker.Report, int64) {
+func rollingRestart(t *testing.T, store *postgres.Store, slots, restarts int, giveBack bool) (checker.Report, int64) {
 	t.Helper()
 	ctx := context.Background()
 	var instStore allocator.Store = store
@@ -73,6 +74,9 @@ func rollingRestart(t *testing.T, store *allocator.Postgres, slots, restarts int
 // noGiveBack hides the store's GiveBack: instances over it abandon their
 // unused ranges at Close, as before give-back existed.
 type noGiveBack struct{ allocator.Store }
+
+// GiveBack takes nothing back: the range stays a gap.
+func (noGiveBack) GiveBack(context.Context, string, int64, int64) (bool, error) { return false, nil }
 
 // TestGracefulShutdownGivesBack: on Close an instance returns the unused
 // tail of its newest range, with a compare-and-set on max_id. A rolling

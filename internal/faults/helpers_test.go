@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/internal/checker"
 	"github.com/idmint/idmint/internal/pgtest"
 	"github.com/idmint/idmint/migrations"
@@ -42,9 +43,9 @@ func newDatabase(tb testing.TB, srv *pgtest.Server) string {
 }
 
 // open connects a store (its own pool, as a separate process would have).
-func open(tb testing.TB, dbURL string) *allocator.Postgres {
+func open(tb testing.TB, dbURL string) *postgres.Store {
 	tb.Helper()
-	store, err := allocator.OpenPostgres(context.Background(), dbURL)
+	store, err := postgres.Open(context.Background(), dbURL)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -52,14 +53,14 @@ func open(tb testing.TB, dbURL string) *allocator.Postgres {
 	return store
 }
 
-func createTag(tb testing.TB, store *allocator.Postgres, name string, step, maxStep int64) {
+func createTag(tb testing.TB, store *postgres.Store, name string, step, maxStep int64) {
 	tb.Helper()
 	if _, err := store.CreateTag(context.Background(), allocator.TagSpec{Name: name, Step: step, MaxStep: maxStep}); err != nil {
 		tb.Fatal(err)
 	}
 }
 
-func maxID(tb testing.TB, store *allocator.Postgres, tag string) int64 {
+func maxID(tb testing.TB, store *postgres.Store, tag string) int64 {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -83,7 +84,7 @@ func maxID(tb testing.TB, store *allocator.Postgres, tag string) int64 {
 // ledger reads a tag's max_id with the count and total size of its logged
 // segments in one statement, so in one snapshot: an allocation committing
 // meanwhile is in all three or in none.
-func ledger(tb testing.TB, store *allocator.Postgres, tag string) (maxID, segments, granted int64) {
+func ledger(tb testing.TB, store *postgres.Store, tag string) (maxID, segments, granted int64) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/checker"
 	"github.com/idmint/idmint/internal/pgtest"
@@ -33,7 +34,7 @@ func TestLostReplyAfterCommit(t *testing.T) {
 	// One connection: it has prepared the allocation statement before the
 	// toxic goes on, so the first bytes PostgreSQL sends back for the
 	// allocation are its answer after COMMIT.
-	store := &observedStore{Postgres: open(t, px.URL+"&pool_max_conns=1")}
+	store := &observedStore{Store: open(t, px.URL+"&pool_max_conns=1")}
 	a := newInstance(t, store, "lost-reply", func(c *allocator.Config) {
 		c.Segment.LoadTimeout = 30 * time.Second
 	})
@@ -135,7 +136,7 @@ func TestLostReplyAfterCommit(t *testing.T) {
 
 // observedStore counts how the allocations of a store ended.
 type observedStore struct {
-	*allocator.Postgres
+	*postgres.Store
 	mu    sync.Mutex
 	calls allocationCounts
 }
@@ -143,7 +144,7 @@ type observedStore struct {
 type allocationCounts struct{ ok, ambiguous, other int }
 
 func (s *observedStore) Allocate(ctx context.Context, req allocator.Request) (allocator.Segment, error) {
-	seg, err := s.Postgres.Allocate(ctx, req)
+	seg, err := s.Store.Allocate(ctx, req)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {

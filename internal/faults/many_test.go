@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/internal/checker"
 	"github.com/idmint/idmint/internal/pgtest"
 )
@@ -61,7 +62,7 @@ func TestManyInstancesSmallSteps(t *testing.T) {
 	})
 
 	t.Run("negative control: read-then-write store is caught", func(t *testing.T) {
-		r := manyInstances(t, func() allocator.Store { return &brokenStore{Postgres: open(t, dbURL)} }, instances, workers, 4*time.Second)
+		r := manyInstances(t, func() allocator.Store { return &brokenStore{Store: open(t, dbURL)} }, instances, workers, 4*time.Second)
 		t.Logf("checker report:\n%s", r)
 		if r.Duplicates() == 0 {
 			t.Fatal("the checker found no duplicate from a store that reads max_id and writes it back in a second statement")
@@ -74,7 +75,7 @@ func TestManyInstancesSmallSteps(t *testing.T) {
 // max_id, then write max_id+step in a second statement, with no lock
 // between them. Two instances can read the same max_id.
 type brokenStore struct {
-	*allocator.Postgres
+	*postgres.Store
 }
 
 func (s *brokenStore) Allocate(ctx context.Context, req allocator.Request) (allocator.Segment, error) {

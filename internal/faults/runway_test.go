@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/sqlite"
 	"github.com/idmint/idmint/client"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/checker"
@@ -312,7 +313,7 @@ func TestRunway_PostgresOutageLongerThanRunway(t *testing.T) {
 func sqliteRunway(t *testing.T, tag string) (store allocator.Store, lock, unlock func()) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "idmint.db")
-	s, err := allocator.OpenSQLite(t.Context(), path)
+	s, err := sqlite.Open(t.Context(), path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,10 +15,12 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/client"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/pgtest"
 	"github.com/idmint/idmint/internal/testlog"
+	"github.com/idmint/idmint/token"
 	"github.com/idmint/idmint/wire"
 )
 
@@ -52,7 +54,7 @@ type trustInstance struct {
 	log   *logTap
 }
 
-func startTrustInstance(t *testing.T, store *allocator.Postgres, name string, auth httpapi.AuthConfig) *trustInstance {
+func startTrustInstance(t *testing.T, store *postgres.Store, name string, auth httpapi.AuthConfig) *trustInstance {
 	t.Helper()
 	tap := &logTap{}
 	logger := slog.New(slog.NewJSONHandler(tap, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -104,7 +106,7 @@ const strangerKey = "the-strangers-own-guessed-holder-key"
 // requireRefused asserts that a stranger's grant and give-back under
 // request id, sent to url as bearer, are refused as another caller's
 // (409 not_holder), and that neither changed the tag's max_id.
-func requireRefused(t *testing.T, store *allocator.Postgres, url, bearer, id, key string, first, last int64) {
+func requireRefused(t *testing.T, store *postgres.Store, url, bearer, id, key string, first, last int64) {
 	t.Helper()
 	before := maxID(t, store, "order")
 	for _, k := range []string{"", key} {
@@ -191,7 +193,7 @@ func TestStrangerCannotMakeDuplicates(t *testing.T) {
 		store := open(t, newDatabase(t, srv))
 		createTag(t, store, "order", 100, 100)
 		bearer := func(name string) string {
-			tok, secret, err := allocator.NewToken(name, []string{"ids:order"})
+			tok, secret, err := token.New(name, []string{"ids:order"})
 			if err != nil {
 				t.Fatal(err)
 			}

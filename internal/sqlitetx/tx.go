@@ -7,7 +7,7 @@ import (
 )
 
 // Write runs fn in a transaction on db and commits it. The connections are
-// expected to begin IMMEDIATE transactions (allocator.OpenSQLite's do), so
+// expected to begin IMMEDIATE transactions (those of allocator/sqlite's Open do), so
 // the write lock is held from the first statement. An error from fn rolls
 // the transaction back and is returned as is; an error from BEGIN means
 // nothing was written. An error from COMMIT wraps ambiguous: SQLite may have

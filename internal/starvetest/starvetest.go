@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/internal/checker"
 )
 
@@ -70,14 +71,14 @@ func Run(tb testing.TB, callers, each int, step int64, next func(context.Context
 	}
 }
 
-// SlowStore is a MemStore whose allocations take Latency, as a database
+// SlowStore is a memstore.Store whose allocations take Latency, as a database
 // round trip would.
 type SlowStore struct {
-	*allocator.MemStore
+	*memstore.Store
 	Latency time.Duration
 }
 
-// Allocate waits Latency, then allocates from the MemStore.
+// Allocate waits Latency, then allocates from the memstore.Store.
 func (s *SlowStore) Allocate(ctx context.Context, req allocator.Request) (allocator.Segment, error) {
 	t := time.NewTimer(s.Latency)
 	defer t.Stop()
@@ -86,5 +87,5 @@ func (s *SlowStore) Allocate(ctx context.Context, req allocator.Request) (alloca
 	case <-ctx.Done():
 		return allocator.Segment{}, ctx.Err()
 	}
-	return s.MemStore.Allocate(ctx, req)
+	return s.Store.Allocate(ctx, req)
 }

@@ -22,10 +22,11 @@ import (
 	"github.com/idmint/idmint/segment"
 )
 
-// Store is what the contract tests: a Store whose tags can be administered.
+// Store is what the contract tests: an allocator.Store, and a way for the
+// test to set a tag's max_id behind its back (MaxIDSetter).
 type Store interface {
 	allocator.Store
-	allocator.Admin
+	MaxIDSetter
 }
 
 // Run runs the contract against stores returned by open, one fresh store
@@ -40,7 +41,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 			{30, 21, 50},    // within bounds
 			{1000, 51, 100}, // above max_step: max_step
 		} {
-			seg, err := s.Allocate(t.Context(), newRequest("order", w.size))
+			seg, err := s.Allocate(t.Context(), NewRequest("order", w.size))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -56,7 +57,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 	t.Run("without max_step the default maximum applies", func(t *testing.T) {
 		s := open(t)
 		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10})
-		seg, err := s.Allocate(t.Context(), newRequest("order", math.MaxInt64))
+		seg, err := s.Allocate(t.Context(), NewRequest("order", math.MaxInt64))
 		if n := seg.Last - seg.First + 1; err != nil || n != segment.DefaultMaxStep || seg.MaxStep != 0 {
 			t.Fatalf("got %+v (%d ids), %v; want %d ids", seg, n, err, segment.DefaultMaxStep)
 		}
@@ -66,8 +67,8 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		s := open(t)
 		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10})
 		createTag(t, s, allocator.TagSpec{Name: "user", Step: 5, Start: 1000})
-		o, err1 := s.Allocate(t.Context(), newRequest("order", 0))
-		u, err2 := s.Allocate(t.Context(), newRequest("user", 0))
+		o, err1 := s.Allocate(t.Context(), NewRequest("order", 0))
+		u, err2 := s.Allocate(t.Context(), NewRequest("user", 0))
 		if err1 != nil || err2 != nil || o.First != 1 || u.First != 1000 || u.Last != 1004 {
 			t.Fatalf("order %+v %v, user %+v %v", o, err1, u, err2)
 		}
@@ -75,7 +76,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 
 	t.Run("unknown tag", func(t *testing.T) {
 		s := open(t)
-		if _, err := s.Allocate(t.Context(), newRequest("nope", 0)); !errors.Is(err, allocator.ErrUnknownTag) {
+		if _, err := s.Allocate(t.Context(), NewRequest("nope", 0)); !errors.Is(err, allocator.ErrUnknownTag) {
 			t.Fatalf("err = %v, want ErrUnknownTag", err)
 		}
 		if tags, err := s.Tags(t.Context()); err != nil || len(tags) != 0 {
@@ -86,7 +87,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 	t.Run("a request ID is granted once", func(t *testing.T) {
 		s := open(t)
 		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10})
-		req := newRequest("order", 0)
+		req := NewRequest("order", 0)
 		first, err := s.Allocate(t.Context(), req)
 		if err != nil {
 			t.Fatal(err)
@@ -109,7 +110,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 	t.Run("concurrent retries of one request: one grant", func(t *testing.T) {
 		s := open(t)
 		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10})
-		req := newRequest("order", 0)
+		req := NewRequest("order", 0)
 		errs := make([]error, 8)
 		var wg sync.WaitGroup
 		for i := range errs {
@@ -133,12 +134,12 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 	t.Run("overflow is refused, never wrapped", func(t *testing.T) {
 		s := open(t)
 		createTag(t, s, allocator.TagSpec{Name: "big", Step: 100, Start: math.MaxInt64 - 149})
-		seg, err := s.Allocate(t.Context(), newRequest("big", 0))
+		seg, err := s.Allocate(t.Context(), NewRequest("big", 0))
 		if err != nil || seg.Last != math.MaxInt64-50 {
 			t.Fatalf("first: %+v, %v", seg, err)
 		}
 		for _, size := range []int64{0, math.MaxInt64} {
-			if _, err := s.Allocate(t.Context(), newRequest("big", size)); !errors.Is(err, allocator.ErrExhausted) {
+			if _, err := s.Allocate(t.Context(), NewRequest("big", size)); !errors.Is(err, allocator.ErrExhausted) {
 				t.Fatalf("size %d: err = %v, want ErrExhausted", size, err)
 			}
 		}
@@ -149,7 +150,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		if _, err := s.SetStep(t.Context(), "big", 50, 0); err != nil {
 			t.Fatal(err)
 		}
-		if seg, err := s.Allocate(t.Context(), newRequest("big", 0)); err != nil || seg.Last != math.MaxInt64 {
+		if seg, err := s.Allocate(t.Context(), NewRequest("big", 0)); err != nil || seg.Last != math.MaxInt64 {
 			t.Fatalf("last segment: %+v, %v; want one ending at 2^63-1", seg, err)
 		}
 	})
@@ -157,7 +158,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 	t.Run("below the instance's floor max_id is raised to it", func(t *testing.T) {
 		s := open(t)
 		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10})
-		req := newRequest("order", 0)
+		req := NewRequest("order", 0)
 		req.Floor = 500 // this instance was granted up to 500: the store went back in time
 		seg, err := s.Allocate(t.Context(), req)
 		if err != nil || seg.First != 501 || seg.Last != 510 || !seg.Repaired || seg.FoundMaxID != 0 {
@@ -168,7 +169,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		}
 		// At or below max_id the floor changes nothing: never lowers it.
 		for _, floor := range []int64{510, 0, 300} {
-			req = newRequest("order", 0)
+			req = NewRequest("order", 0)
 			req.Floor = floor
 			prev := maxID(t, s, "order")
 			if seg, err := s.Allocate(t.Context(), req); err != nil || seg.First != prev+1 || seg.Repaired {
@@ -176,7 +177,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 			}
 		}
 		// A floor too close to 2^63-1 to grant above: nothing moves.
-		req = newRequest("order", 0)
+		req = NewRequest("order", 0)
 		req.Floor = math.MaxInt64 - 5
 		if _, err := s.Allocate(t.Context(), req); !errors.Is(err, allocator.ErrExhausted) {
 			t.Fatalf("floor near 2^63-1: %v, want ErrExhausted", err)
@@ -189,7 +190,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 	t.Run("a caller's claimed floor raises max_id, by a bounded lead", func(t *testing.T) {
 		s := open(t)
 		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10})
-		req := newRequest("order", 0)
+		req := NewRequest("order", 0)
 		req.ClaimedFloor = 500 // a client was granted up to 500: the store went back in time
 		if seg, err := s.Allocate(t.Context(), req); err != nil || seg.First != 501 || !seg.Repaired {
 			t.Fatalf("claimed floor 500: %+v, %v; want [501, 510], repaired", seg, err)
@@ -201,7 +202,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 			if above > 0 {
 				claimed = prev + above
 			}
-			req = newRequest("order", 0)
+			req = NewRequest("order", 0)
 			req.ClaimedFloor = claimed
 			seg, err := s.Allocate(t.Context(), req)
 			if want := prev + allocator.MaxClaimedLead + 1; err != nil || seg.First != want || !seg.Repaired {
@@ -209,7 +210,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 			}
 		}
 		// The instance's own floor is not bounded.
-		req = newRequest("order", 0)
+		req = NewRequest("order", 0)
 		req.Floor, req.ClaimedFloor = math.MaxInt64-100, 1
 		if seg, err := s.Allocate(t.Context(), req); err != nil || seg.First != math.MaxInt64-99 {
 			t.Fatalf("instance floor near 2^63-1: %+v, %v", seg, err)
@@ -229,7 +230,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		for range goroutines {
 			wg.Go(func() {
 				for range each {
-					req := newRequest("order", 0)
+					req := NewRequest("order", 0)
 					req.Floor = floor
 					seg, err := s.Allocate(t.Context(), req)
 					if err != nil {
@@ -264,39 +265,31 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 
 	t.Run("give back only the newest range", func(t *testing.T) {
 		s := open(t)
-		r, ok := s.(allocator.Returner)
-		if !ok {
-			t.Skip("not a Returner")
-		}
 		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10})
-		older, _ := s.Allocate(t.Context(), newRequest("order", 0))
-		newest, _ := s.Allocate(t.Context(), newRequest("order", 0))
-		if done, err := r.GiveBack(t.Context(), "order", older.First+3, older.Last); err != nil || done {
+		older, _ := s.Allocate(t.Context(), NewRequest("order", 0))
+		newest, _ := s.Allocate(t.Context(), NewRequest("order", 0))
+		if done, err := s.GiveBack(t.Context(), "order", older.First+3, older.Last); err != nil || done {
 			t.Fatalf("gave back under a newer range: %v, %v", done, err)
 		}
-		if done, err := r.GiveBack(t.Context(), "order", newest.First+3, newest.Last); err != nil || !done {
+		if done, err := s.GiveBack(t.Context(), "order", newest.First+3, newest.Last); err != nil || !done {
 			t.Fatalf("GiveBack of the newest tail = %v, %v", done, err)
 		}
 		if got := maxID(t, s, "order"); got != newest.First+2 {
 			t.Fatalf("max_id = %d, want %d", got, newest.First+2)
 		}
-		if _, err := r.GiveBack(t.Context(), "order", 5, 4); err == nil {
+		if _, err := s.GiveBack(t.Context(), "order", 5, 4); err == nil {
 			t.Fatal("accepted an empty range")
 		}
 	})
 
 	t.Run("give back a request's tail: once, and never under another grant", func(t *testing.T) {
 		s := open(t)
-		r, ok := s.(allocator.RangeReturner)
-		if !ok {
-			t.Skip("not a RangeReturner")
-		}
 		createTag(t, s, allocator.TagSpec{Name: "order", Step: 5})
 		createTag(t, s, allocator.TagSpec{Name: "user", Step: 10})
-		if _, err := s.Allocate(t.Context(), newRequest("order", 5)); err != nil {
+		if _, err := s.Allocate(t.Context(), NewRequest("order", 5)); err != nil {
 			t.Fatal(err)
 		}
-		own := newRequest("order", 10)
+		own := NewRequest("order", 10)
 		own.Holder = allocator.NewHolder("anonymous", "the holder's key")
 		seg, err := s.Allocate(t.Context(), own)
 		if err != nil {
@@ -304,7 +297,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		}
 		giveBack := func(id uuid.UUID, tag string, first, last int64) bool {
 			t.Helper()
-			done, err := r.GiveBackRange(t.Context(), id, own.Holder, tag, first, last)
+			done, err := s.GiveBackRange(t.Context(), id, own.Holder, tag, first, last)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -333,7 +326,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		}
 		// The tail goes to the next request, and its range ends where the
 		// given-back one did (ABA): a repeated give-back must not take it.
-		next, err := s.Allocate(t.Context(), newRequest("order", 5))
+		next, err := s.Allocate(t.Context(), NewRequest("order", 5))
 		if err != nil || next.First != seg.First+5 || next.Last != seg.Last {
 			t.Fatalf("next = %+v, %v", next, err)
 		}
@@ -344,14 +337,10 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 
 	t.Run("a caller's range is held by its principal and holder key", func(t *testing.T) {
 		s := open(t)
-		r, ok := s.(allocator.RangeReturner)
-		if !ok {
-			t.Skip("not a RangeReturner")
-		}
 		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10})
-		inst := mustAllocate(t, s, newRequest("order", 10)) // an instance's own: [1, 10]
+		inst := mustAllocate(t, s, NewRequest("order", 10)) // an instance's own: [1, 10]
 		h := allocator.NewHolder("token:alice", "alice's key")
-		own := newRequest("order", 20)
+		own := NewRequest("order", 20)
 		own.Holder = h
 		seg := mustAllocate(t, s, own) // [11, 30]
 		if got, err := s.Lookup(t.Context(), own.ID); err != nil || got.Holder != h || seg.Holder != h {
@@ -370,7 +359,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 			{"another principal with the key", allocator.NewHolder("token:mallory", "alice's key")},
 			{"no holder", allocator.Holder{}},
 		} {
-			done, err := r.GiveBackRange(t.Context(), own.ID, c.h, "order", 21, 30)
+			done, err := s.GiveBackRange(t.Context(), own.ID, c.h, "order", 21, 30)
 			if done || !errors.Is(err, allocator.ErrNotHolder) {
 				t.Fatalf("%s: give back = %v, %v; want ErrNotHolder", c.name, done, err)
 			}
@@ -378,13 +367,13 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 				t.Fatalf("%s: max_id %d, want 30: a refused give-back changed the tag", c.name, got)
 			}
 		}
-		if done, err := r.GiveBackRange(t.Context(), own.ID, h, "order", 21, 30); err != nil || !done {
+		if done, err := s.GiveBackRange(t.Context(), own.ID, h, "order", 21, 30); err != nil || !done {
 			t.Fatalf("the holder's give-back = %v, %v", done, err)
 		}
 		// An instance's live segment, the newest: no caller holds it.
-		live := mustAllocate(t, s, newRequest("order", 10)) // [21, 30]
+		live := mustAllocate(t, s, NewRequest("order", 10)) // [21, 30]
 		for _, c := range []allocator.Holder{h, {}} {
-			if done, err := r.GiveBackRange(t.Context(), live.RequestID, c, "order", 22, 30); done || !errors.Is(err, allocator.ErrNotHolder) {
+			if done, err := s.GiveBackRange(t.Context(), live.RequestID, c, "order", 22, 30); done || !errors.Is(err, allocator.ErrNotHolder) {
 				t.Fatalf("give back of an instance's segment as %v = %v, %v; want ErrNotHolder", c, done, err)
 			}
 		}
@@ -395,31 +384,26 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 
 	t.Run("a lookup keeps only what was not given back", func(t *testing.T) {
 		s := open(t)
-		r, ok1 := s.(allocator.RangeReturner)
-		ret, ok2 := s.(allocator.Returner)
-		if !ok1 || !ok2 {
-			t.Skip("not a RangeReturner and Returner")
-		}
 		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10})
-		own := newRequest("order", 100)
+		own := NewRequest("order", 100)
 		own.Holder = allocator.NewHolder("anonymous", "key")
 		mustAllocate(t, s, own) // [1, 100]
-		if done, err := r.GiveBackRange(t.Context(), own.ID, own.Holder, "order", 51, 100); err != nil || !done {
+		if done, err := s.GiveBackRange(t.Context(), own.ID, own.Holder, "order", 51, 100); err != nil || !done {
 			t.Fatalf("GiveBackRange = %v, %v", done, err)
 		}
 		if got, err := s.Lookup(t.Context(), own.ID); err != nil || got.First != 1 || got.Last != 50 {
 			t.Fatalf("Lookup after the tail [51, 100] went back = %+v, %v; want [1, 50]", got, err)
 		}
 		// An instance's segment, given back in part, then one in full.
-		part := mustAllocate(t, s, newRequest("order", 10)) // [51, 60]
-		if done, err := ret.GiveBack(t.Context(), "order", 55, 60); err != nil || !done {
+		part := mustAllocate(t, s, NewRequest("order", 10)) // [51, 60]
+		if done, err := s.GiveBack(t.Context(), "order", 55, 60); err != nil || !done {
 			t.Fatalf("GiveBack = %v, %v", done, err)
 		}
 		if got, err := s.Lookup(t.Context(), part.RequestID); err != nil || got.First != 51 || got.Last != 54 {
 			t.Fatalf("Lookup = %+v, %v; want [51, 54]", got, err)
 		}
-		all := mustAllocate(t, s, newRequest("order", 10)) // [55, 64]
-		if done, err := ret.GiveBack(t.Context(), "order", 55, 64); err != nil || !done {
+		all := mustAllocate(t, s, NewRequest("order", 10)) // [55, 64]
+		if done, err := s.GiveBack(t.Context(), "order", 55, 64); err != nil || !done {
 			t.Fatalf("GiveBack = %v, %v", done, err)
 		}
 		if got, err := s.Lookup(t.Context(), all.RequestID); !errors.Is(err, allocator.ErrGivenBack) || got.First != 55 {
@@ -429,9 +413,6 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 
 	t.Run("a retried grant is its holder's alone, without what it gave back", func(t *testing.T) {
 		s := open(t)
-		if _, ok := s.(allocator.RangeReturner); !ok {
-			t.Skip("not a RangeReturner")
-		}
 		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10})
 		a := allocator.New(allocator.Config{Store: s, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		defer a.Close(context.Background())
@@ -456,14 +437,14 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 			r.Holder = other
 			refused("a retry as "+other.String(), r)
 		}
-		if done, err := a.ReturnRange(ctx, rr.ID, h, "order", 11, 20); err != nil || !done {
-			t.Fatalf("ReturnRange = %v, %v", done, err)
+		if done, err := a.GiveBackRange(ctx, rr.ID, h, "order", 11, 20); err != nil || !done {
+			t.Fatalf("GiveBackRange = %v, %v", done, err)
 		}
 		// The tail went back: the holder's retry gets what it kept.
 		if seg, recovered, err := a.GrantRange(ctx, rr); err != nil || !recovered || seg.First != 1 || seg.Last != 10 {
 			t.Fatalf("retry after a give-back = %+v, %v, %v; want [1, 10] recovered", seg, recovered, err)
 		}
-		inst := mustAllocate(t, s, newRequest("order", 10)) // an instance's own: [11, 20]
+		inst := mustAllocate(t, s, NewRequest("order", 10)) // an instance's own: [11, 20]
 		r := rr
 		r.ID = inst.RequestID
 		refused("a caller presenting an instance's request id", r)
@@ -472,8 +453,8 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if done, err := a.ReturnRange(ctx, whole.ID, h, "order", seg.First, seg.Last); err != nil || !done {
-			t.Fatalf("ReturnRange of a whole range = %v, %v", done, err)
+		if done, err := a.GiveBackRange(ctx, whole.ID, h, "order", seg.First, seg.Last); err != nil || !done {
+			t.Fatalf("GiveBackRange of a whole range = %v, %v", done, err)
 		}
 		if seg, _, err := a.GrantRange(ctx, whole); !errors.Is(err, allocator.ErrGivenBack) {
 			t.Fatalf("retry after a give-back of all = %+v, %v; want ErrGivenBack", seg, err)
@@ -485,22 +466,17 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 
 	t.Run("a give-back is refused while another request keeps ids above its first", func(t *testing.T) {
 		s := open(t)
-		r, ok := s.(allocator.RangeReturner)
-		restore, ok2 := s.(MaxIDSetter)
-		if !ok || !ok2 {
-			t.Skip("not a RangeReturner with a MaxIDSetter")
-		}
 		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10})
-		own := newRequest("order", 100)
+		own := NewRequest("order", 100)
 		own.Holder = allocator.NewHolder("anonymous", "key")
 		mustAllocate(t, s, own)                               // a client's [1, 100]
-		other := mustAllocate(t, s, newRequest("order", 100)) // an instance serving [101, 200]
+		other := mustAllocate(t, s, NewRequest("order", 100)) // an instance serving [101, 200]
 		// An operator restores the tags table from a backup taken after the
 		// client's grant; the segment log survived. max_id ends the
 		// client's range again, and its tail is its own, unreturned: only
 		// the log's other row, which keeps IDs above first, says no.
-		restore.SetMaxID("order", 100)
-		if done, err := r.GiveBackRange(t.Context(), own.ID, own.Holder, "order", 51, 100); err != nil || done {
+		s.SetMaxID("order", 100)
+		if done, err := s.GiveBackRange(t.Context(), own.ID, own.Holder, "order", 51, 100); err != nil || done {
 			t.Fatalf("give back [51, 100] with [%d, %d] kept by another request = %v, %v; want refused", other.First, other.Last, done, err)
 		}
 		if got := maxID(t, s, "order"); got != 100 {
@@ -520,7 +496,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		for g := range goroutines {
 			wg.Go(func() {
 				for i := range each {
-					seg, err := s.Allocate(t.Context(), newRequest("order", int64(i%25)))
+					seg, err := s.Allocate(t.Context(), NewRequest("order", int64(i%25)))
 					if err != nil {
 						t.Error(err)
 						return
@@ -680,7 +656,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		if tag, err := s.SetStep(t.Context(), "order", 20, 40); err != nil || tag.Step != 20 || tag.MaxStep != 40 || tag.MaxID != 99 {
 			t.Fatalf("SetStep = %+v, %v", tag, err)
 		}
-		if seg, err := s.Allocate(t.Context(), newRequest("order", 1000)); err != nil || seg.First != 100 || seg.Last != 139 {
+		if seg, err := s.Allocate(t.Context(), NewRequest("order", 1000)); err != nil || seg.First != 100 || seg.Last != 139 {
 			t.Fatalf("after SetStep: %+v, %v; want [100, 139]", seg, err)
 		}
 		if _, err := s.SetStep(t.Context(), "nope", 10, 0); !errors.Is(err, allocator.ErrUnknownTag) {
@@ -737,13 +713,13 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		if err != nil || created.Runway != 8*time.Second {
 			t.Fatalf("CreateTag with a runway = %+v, %v", created, err)
 		}
-		if seg := mustAllocate(t, s, newRequest("slow", 10)); seg.Runway != 8*time.Second {
+		if seg := mustAllocate(t, s, NewRequest("slow", 10)); seg.Runway != 8*time.Second {
 			t.Fatalf("segment runway %v, want the tag's 8s", seg.Runway)
 		}
 		if tag, err := s.SetRunway(t.Context(), "slow", 90*time.Second); err != nil || tag.Runway != 90*time.Second || tag.Step != 10 {
 			t.Fatalf("SetRunway = %+v, %v", tag, err)
 		}
-		req := newRequest("slow", 10)
+		req := NewRequest("slow", 10)
 		if seg := mustAllocate(t, s, req); seg.Runway != 90*time.Second {
 			t.Fatalf("segment runway after SetRunway %v, want 1m30s", seg.Runway)
 		}
@@ -780,10 +756,10 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 			t.Fatalf("a refused spec created a tag: %+v, %v", tags, err)
 		}
 		createTag(t, s, allocator.TagSpec{Name: "top", Step: step, Start: top})
-		if seg, err := s.Allocate(t.Context(), newRequest("top", 0)); err != nil || seg.First != top || seg.Last != math.MaxInt64 {
+		if seg, err := s.Allocate(t.Context(), NewRequest("top", 0)); err != nil || seg.First != top || seg.Last != math.MaxInt64 {
 			t.Fatalf("the one segment: %+v, %v; want [%d, 2^63-1]", seg, err, top)
 		}
-		if _, err := s.Allocate(t.Context(), newRequest("top", 0)); !errors.Is(err, allocator.ErrExhausted) {
+		if _, err := s.Allocate(t.Context(), NewRequest("top", 0)); !errors.Is(err, allocator.ErrExhausted) {
 			t.Fatalf("past 2^63-1: %v, want ErrExhausted", err)
 		}
 
@@ -803,7 +779,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		if tag, err := s.Bump(t.Context(), "order", top-1, 0); err != nil || tag.MaxID != top-1 {
 			t.Fatalf("Bump(to %d) = %+v, %v", top-1, tag, err)
 		}
-		if seg, err := s.Allocate(t.Context(), newRequest("order", 0)); err != nil || seg.Last != math.MaxInt64 {
+		if seg, err := s.Allocate(t.Context(), NewRequest("order", 0)); err != nil || seg.Last != math.MaxInt64 {
 			t.Fatalf("after the bump: %+v, %v; want the segment ending at 2^63-1", seg, err)
 		}
 		if _, err := s.Bump(t.Context(), "order", 0, 1); !errors.Is(err, allocator.ErrInvalidSpec) {
@@ -900,7 +876,7 @@ type MaxIDSetter interface {
 	SetMaxID(name string, maxID int64)
 }
 
-func mustAllocate(tb testing.TB, s Store, req allocator.Request) allocator.Segment {
+func mustAllocate(tb testing.TB, s allocator.Store, req allocator.Request) allocator.Segment {
 	tb.Helper()
 	seg, err := s.Allocate(context.Background(), req)
 	if err != nil {
@@ -909,18 +885,20 @@ func mustAllocate(tb testing.TB, s Store, req allocator.Request) allocator.Segme
 	return seg
 }
 
-func newRequest(tag string, size int64) allocator.Request {
+// NewRequest returns a request for a segment of tag, of size (0: the tag's
+// step), under a new request ID.
+func NewRequest(tag string, size int64) allocator.Request {
 	return allocator.Request{ID: uuid.Must(uuid.NewV7()), Tag: tag, Size: size, Instance: "storetest"}
 }
 
-func createTag(tb testing.TB, s Store, spec allocator.TagSpec) {
+func createTag(tb testing.TB, s allocator.Store, spec allocator.TagSpec) {
 	tb.Helper()
 	if _, err := s.CreateTag(context.Background(), spec); err != nil {
 		tb.Fatal(err)
 	}
 }
 
-func maxID(tb testing.TB, s Store, name string) int64 {
+func maxID(tb testing.TB, s allocator.Store, name string) int64 {
 	tb.Helper()
 	tags, err := s.Tags(context.Background())
 	if err != nil {
@@ -972,23 +950,19 @@ FROM idmint_segments WHERE biz_tag = 'order'`
 // overlap, and the IDs the log keeps add up to max_id.
 // query runs sql on the store's database and returns its number of rows, or its single
 // integer when one is true.
-func Audit(t *testing.T, s Store, query func(sql string, one bool) int64) {
+func Audit(t *testing.T, s allocator.Store, query func(sql string, one bool) int64) {
 	t.Helper()
-	r, ok := s.(allocator.Returner)
-	if !ok {
-		t.Fatal("not a Returner")
-	}
 	createTag(t, s, allocator.TagSpec{Name: "order", Step: 10, MaxStep: 10})
 	alloc := func(first int64) {
 		t.Helper()
-		seg, err := s.Allocate(t.Context(), newRequest("order", 0))
+		seg, err := s.Allocate(t.Context(), NewRequest("order", 0))
 		if err != nil || seg.First != first {
 			t.Fatalf("Allocate = %+v, %v; want it to start at %d", seg, err, first)
 		}
 	}
 	back := func(first, last int64) {
 		t.Helper()
-		if done, err := r.GiveBack(t.Context(), "order", first, last); err != nil || !done {
+		if done, err := s.GiveBack(t.Context(), "order", first, last); err != nil || !done {
 			t.Fatalf("GiveBack(%d, %d) = %v, %v", first, last, done, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package allocator
+package postgres
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idmint/idmint/allocator"
 )
 
 // Replicas says which standbys must have a grant's WAL before any of its
@@ -102,7 +104,7 @@ type ReplicationConfig struct {
 	Logger *slog.Logger
 }
 
-// DefaultReplication is the setting of a new Postgres store.
+// DefaultReplication is the setting of a new Store.
 var DefaultReplication = ReplicationConfig{Required: ReplicasAuto, Ack: AckFlush}
 
 func (c *ReplicationConfig) setDefaults() {
@@ -301,11 +303,11 @@ func (r *replicator) confirm(ctx context.Context, conn querier) error {
 		timeline int64
 	)
 	if err := conn.QueryRow(ctx, positionSQL).Scan(&lsnText, &timeline); err != nil {
-		return r.failed(fmt.Errorf("%w: read the grant's WAL position: %w", ErrNotReplicated, err), nil)
+		return r.failed(fmt.Errorf("%w: read the grant's WAL position: %w", allocator.ErrNotReplicated, err), nil)
 	}
 	lsn, err := parseLSN(lsnText)
 	if err != nil {
-		return r.failed(fmt.Errorf("%w: %w", ErrNotReplicated, err), nil)
+		return r.failed(fmt.Errorf("%w: %w", allocator.ErrNotReplicated, err), nil)
 	}
 	r.sawTimeline(timeline)
 	start := time.Now()
@@ -313,7 +315,7 @@ func (r *replicator) confirm(ctx context.Context, conn querier) error {
 	var v verdict
 	late := func() error {
 		return r.failed(fmt.Errorf("%w: WAL %s not %sed by %s after %v: %w",
-			ErrNotReplicated, lsnText, r.cfg.Ack, names(v.behind), time.Since(start).Round(time.Millisecond), ctx.Err()), v.behind)
+			allocator.ErrNotReplicated, lsnText, r.cfg.Ack, names(v.behind), time.Since(start).Round(time.Millisecond), ctx.Err()), v.behind)
 	}
 	for {
 		ro, err := readMembers(ctx, conn)
@@ -321,11 +323,11 @@ func (r *replicator) confirm(ctx context.Context, conn querier) error {
 		case err != nil && ctx.Err() != nil && len(v.behind) > 0:
 			return late()
 		case err != nil:
-			return r.failed(fmt.Errorf("%w: read the standbys: %w", ErrNotReplicated, err), nil)
+			return r.failed(fmt.Errorf("%w: read the standbys: %w", allocator.ErrNotReplicated, err), nil)
 		}
 		v = judge(ro, lsn, r.cfg.Ack)
 		if err := r.remember(ctx, conn, v, timeline); err != nil {
-			return r.failed(fmt.Errorf("%w: %w", ErrNotReplicated, err), nil)
+			return r.failed(fmt.Errorf("%w: %w", allocator.ErrNotReplicated, err), nil)
 		}
 		need := max(int(r.cfg.Required), 0)
 		switch {
@@ -335,9 +337,9 @@ func (r *replicator) confirm(ctx context.Context, conn querier) error {
 				hint = " (the database role may not read pg_stat_replication: grant it pg_monitor)"
 			}
 			return r.failed(fmt.Errorf("%w: WAL %s: held for %s, which could be promoted and cannot get it now%s",
-				ErrNotReplicated, lsnText, names(v.absent), hint), append(v.absent, v.behind...))
+				allocator.ErrNotReplicated, lsnText, names(v.absent), hint), append(v.absent, v.behind...))
 		case v.standbys < need:
-			return r.failed(fmt.Errorf("%w: %d standbys required, %d connected", ErrNotReplicated, need, v.standbys), v.behind)
+			return r.failed(fmt.Errorf("%w: %d standbys required, %d connected", allocator.ErrNotReplicated, need, v.standbys), v.behind)
 		case len(v.behind) == 0 && v.acked >= need:
 			r.waited(time.Since(start))
 			return nil
@@ -429,4 +431,14 @@ func (r *replicator) status(ctx context.Context, q querier) (ReplicationStatus, 
 	}
 	sort.Slice(s.Held, func(i, j int) bool { return s.Held[i].Since.Before(s.Held[j].Since) })
 	return s, nil
+}
+
+// SetReplication replaces the store's ReplicationConfig (DefaultReplication
+// until then). Call it before the store is used.
+func (p *Store) SetReplication(cfg ReplicationConfig) { p.repl = newReplicator(cfg) }
+
+// ReplicationStatus asks the server about its standbys (see
+// ReplicationStatus).
+func (p *Store) ReplicationStatus(ctx context.Context) (ReplicationStatus, error) {
+	return p.repl.status(ctx, p.pool)
 }

@@ -1,9 +1,8 @@
-package allocator_test
+package sqlite_test
 
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -11,14 +10,15 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/sqlite"
 	"github.com/idmint/idmint/internal/storetest"
 	"github.com/idmint/idmint/migrations"
 )
 
 // openSQLite opens the SQLite file at path, migrated; it is closed on cleanup.
-func openSQLite(tb testing.TB, path string) *allocator.SQLite {
+func openSQLite(tb testing.TB, path string) *sqlite.Store {
 	tb.Helper()
-	store, err := allocator.OpenSQLite(context.Background(), path)
+	store, err := sqlite.Open(context.Background(), path)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestSQLite_Contract(t *testing.T) {
 
 // restorable gives a SQLite store the contract's MaxIDSetter.
 type restorable struct {
-	*allocator.SQLite
+	*sqlite.Store
 	tb testing.TB
 }
 
@@ -56,7 +56,7 @@ func TestSQLite_Migrations(t *testing.T) {
 	var wg sync.WaitGroup
 	applied := make([][]int64, 3)
 	for i := range applied {
-		store, err := allocator.OpenSQLite(ctx, path)
+		store, err := sqlite.Open(ctx, path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,7 +75,7 @@ func TestSQLite_Migrations(t *testing.T) {
 		total += len(a)
 	}
 	current, latest, err := migrations.Version(ctx, store.DB(), migrations.SQLite)
-	if err != nil || current != latest || latest < 1 || total != migrationFiles(t, migrations.SQLite) {
+	if err != nil || current != latest || latest < 1 || total != storetest.MigrationFiles(t, migrations.SQLite) {
 		t.Fatalf("version %d/%d, applied %v, err %v", current, latest, applied, err)
 	}
 
@@ -131,14 +131,14 @@ func TestSQLite_Reopen(t *testing.T) {
 	if _, err := store.CreateTag(ctx, allocator.TagSpec{Name: "order", Step: 10}); err != nil {
 		t.Fatal(err)
 	}
-	first, err := store.Allocate(ctx, newRequest("order", 0))
+	first, err := store.Allocate(ctx, storetest.NewRequest("order", 0))
 	if err != nil {
 		t.Fatal(err)
 	}
 	store.Close()
 
 	again := openSQLite(t, path)
-	seg, err := again.Allocate(ctx, newRequest("order", 0))
+	seg, err := again.Allocate(ctx, storetest.NewRequest("order", 0))
 	if err != nil || seg.First != first.Last+1 {
 		t.Fatalf("after reopen: %+v, %v; want a segment from %d", seg, err, first.Last+1)
 	}
@@ -153,14 +153,14 @@ func TestSQLite_Prune(t *testing.T) {
 	if _, err := store.CreateTag(ctx, allocator.TagSpec{Name: "order", Step: 10}); err != nil {
 		t.Fatal(err)
 	}
-	old, err := store.Allocate(ctx, newRequest("order", 0))
+	old, err := store.Allocate(ctx, storetest.NewRequest("order", 0))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := store.DB().ExecContext(ctx, `UPDATE idmint_segments SET granted_at = '2001-01-01T00:00:00.000Z'`); err != nil {
 		t.Fatal(err)
 	}
-	recent, err := store.Allocate(ctx, newRequest("order", 0))
+	recent, err := store.Allocate(ctx, storetest.NewRequest("order", 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,14 +187,14 @@ func TestSQLite_Uniqueness(t *testing.T) {
 	}
 	allocators := make([]*allocator.Allocator, instances)
 	for i := range allocators {
-		allocators[i] = newAllocator(t, openSQLite(t, path), func(c *allocator.Config) {
+		allocators[i] = storetest.NewAllocator(t, openSQLite(t, path), func(c *allocator.Config) {
 			c.Instance = fmt.Sprint("instance-", i)
 			// SQLite does not queue waiters for its write lock: under a
 			// saturating load one process may wait seconds for it.
 			c.Segment.WaitTimeout, c.Segment.LoadTimeout = time.Minute, time.Minute
 		})
 	}
-	n := hammer(t, allocators, "order", goroutines, perGoroutine)
+	n := storetest.Hammer(t, allocators, "order", goroutines, perGoroutine)
 	tags, err := store.Tags(context.Background())
 	if err != nil || len(tags) != 1 {
 		t.Fatalf("Tags = %+v, %v", tags, err)
@@ -240,7 +240,7 @@ func TestSQLite_RollbackRepaired(t *testing.T) {
 	if _, err := store.CreateTag(ctx, allocator.TagSpec{Name: "order", Step: 10, MaxStep: 10}); err != nil {
 		t.Fatal(err)
 	}
-	running := newAllocator(t, store, nil)
+	running := storetest.NewAllocator(t, store, nil)
 	ids, err := running.NextN(ctx, "order", 95)
 	if err != nil {
 		t.Fatal(err)
@@ -256,7 +256,7 @@ func TestSQLite_RollbackRepaired(t *testing.T) {
 	if st := running.Stats()[0]; st.Repaired != 1 || st.Refused != 0 {
 		t.Fatalf("repaired %d, refused %d; want 1 and 0", st.Repaired, st.Refused)
 	}
-	late := newAllocator(t, openSQLite(t, path), nil)
+	late := storetest.NewAllocator(t, openSQLite(t, path), nil)
 	for range 100 {
 		for _, a := range []*allocator.Allocator{running, late} {
 			id, err := a.Next(ctx, "order")
@@ -273,19 +273,4 @@ func TestSQLite_RollbackRepaired(t *testing.T) {
 		}
 		seen[id] = true
 	}
-}
-
-// migrationFiles counts the migration files of d: a fresh database applies
-// each once (version numbers may skip).
-func migrationFiles(tb testing.TB, d migrations.Dialect) int {
-	tb.Helper()
-	fsys, err := migrations.Files(d)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	files, err := fs.Glob(fsys, "*.sql")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return len(files)
 }

@@ -1,4 +1,4 @@
-package allocator_test
+package postgres_test
 
 import (
 	"context"
@@ -13,17 +13,19 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/internal/pgtest"
+	"github.com/idmint/idmint/internal/storetest"
 	"github.com/idmint/idmint/migrations"
 )
 
 func TestParseReplicas(t *testing.T) {
 	for _, tt := range []struct {
 		in   string
-		want allocator.Replicas
+		want postgres.Replicas
 		err  bool
 	}{
-		{in: "auto", want: allocator.ReplicasAuto},
+		{in: "auto", want: postgres.ReplicasAuto},
 		{in: "off", want: 0},
 		{in: "0", want: 0},
 		{in: " 2 ", want: 2},
@@ -31,15 +33,15 @@ func TestParseReplicas(t *testing.T) {
 		{in: "many", err: true},
 		{in: "101", err: true},
 	} {
-		got, err := allocator.ParseReplicas(tt.in)
+		got, err := postgres.ParseReplicas(tt.in)
 		if (err != nil) != tt.err || got != tt.want {
 			t.Errorf("ParseReplicas(%q) = %v, %v; want %v, error %v", tt.in, got, err, tt.want, tt.err)
 		}
 	}
-	if _, err := allocator.ParseReplicaAck("replay"); err != nil {
+	if _, err := postgres.ParseReplicaAck("replay"); err != nil {
 		t.Error(err)
 	}
-	if _, err := allocator.ParseReplicaAck("apply"); err == nil {
+	if _, err := postgres.ParseReplicaAck("apply"); err == nil {
 		t.Error("ParseReplicaAck accepted apply")
 	}
 }
@@ -60,10 +62,10 @@ func replicated(t *testing.T, opts pgtest.ReplicationOptions) (*pgtest.Replicati
 	return r, db
 }
 
-func withReplicas(t *testing.T, dbURL string, required allocator.Replicas) *allocator.Postgres {
+func withReplicas(t *testing.T, dbURL string, required postgres.Replicas) *postgres.Store {
 	t.Helper()
 	store := connect(t, dbURL)
-	store.SetReplication(allocator.ReplicationConfig{Required: required, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	store.SetReplication(postgres.ReplicationConfig{Required: required, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	return store
 }
 
@@ -87,7 +89,7 @@ func TestPostgres_Replication(t *testing.T) {
 	if w := st.Warnings(); len(w) != 1 || !strings.Contains(w[0], "only asynchronous replicas (1)") || st.AtRisk() {
 		t.Fatalf("warnings %q, at risk %v; want one about asynchronous replicas, not at risk (idmint waits)", w, st.AtRisk())
 	}
-	if _, err := one.Allocate(ctx, newRequest("order", 10)); err != nil {
+	if _, err := one.Allocate(ctx, storetest.NewRequest("order", 10)); err != nil {
 		t.Fatalf("allocate with the standby streaming: %v", err)
 	}
 
@@ -95,7 +97,7 @@ func TestPostgres_Replication(t *testing.T) {
 		// The standby's receiver stops, the primary keeps sending: sent_lsn
 		// runs ahead of flush_lsn, so only a wait on flush_lsn holds.
 		r.StallReceiver(t)
-		req := newRequest("order", 10)
+		req := storetest.NewRequest("order", 10)
 		actx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		_, err := one.Allocate(actx, req)
 		cancel()
@@ -112,7 +114,7 @@ func TestPostgres_Replication(t *testing.T) {
 		if !errors.Is(err, allocator.ErrNotReplicated) {
 			t.Fatalf("lookup with the standby stalled: %v; want ErrNotReplicated", err)
 		}
-		if st, _ := one.ReplicationStatus(ctx); len(st.Held) != 1 || st.Held[0].Kind != allocator.KindStreaming ||
+		if st, _ := one.ReplicationStatus(ctx); len(st.Held) != 1 || st.Held[0].Kind != postgres.KindStreaming ||
 			!strings.Contains(strings.Join(st.Warnings(), ";"), "held back since") {
 			t.Fatalf("status while held: %+v, warnings %q; want the streaming standby held", st.Held, st.Warnings())
 		}
@@ -134,7 +136,7 @@ func TestPostgres_Replication(t *testing.T) {
 		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		start := time.Now()
-		_, err := two.Allocate(actx, newRequest("order", 10))
+		_, err := two.Allocate(actx, storetest.NewRequest("order", 10))
 		if !errors.Is(err, allocator.ErrNotReplicated) || !strings.Contains(err.Error(), "2 standbys required, 1 connected") {
 			t.Fatalf("allocate needing 2 standbys of 1: %v", err)
 		}
@@ -154,7 +156,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO idmint_ap
 		}
 		u, _ := url.Parse(r.PrimaryURL(db))
 		u.User = url.UserPassword("idmint_app", "app")
-		auto := withReplicas(t, u.String(), allocator.ReplicasAuto)
+		auto := withReplicas(t, u.String(), postgres.ReplicasAuto)
 		st, err := auto.ReplicationStatus(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -164,11 +166,11 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO idmint_ap
 		}
 		// A standby nobody can judge (no slot tells its position) could be
 		// promoted without the grant: held.
-		if _, err := auto.Allocate(ctx, newRequest("order", 10)); !errors.Is(err, allocator.ErrNotReplicated) || !strings.Contains(err.Error(), "pg_monitor") {
+		if _, err := auto.Allocate(ctx, storetest.NewRequest("order", 10)); !errors.Is(err, allocator.ErrNotReplicated) || !strings.Contains(err.Error(), "pg_monitor") {
 			t.Fatalf("auto without pg_monitor: %v; want ErrNotReplicated naming pg_monitor", err)
 		}
 		strict := withReplicas(t, u.String(), 1)
-		if _, err := strict.Allocate(ctx, newRequest("order", 10)); !errors.Is(err, allocator.ErrNotReplicated) || !strings.Contains(err.Error(), "pg_monitor") {
+		if _, err := strict.Allocate(ctx, storetest.NewRequest("order", 10)); !errors.Is(err, allocator.ErrNotReplicated) || !strings.Contains(err.Error(), "pg_monitor") {
 			t.Fatalf("1 standby required without pg_monitor: %v; want ErrNotReplicated naming pg_monitor", err)
 		}
 	})
@@ -176,7 +178,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO idmint_ap
 	t.Run("promotion changes the timeline", func(t *testing.T) {
 		r.KillPrimary(t)
 		r.Promote(t)
-		var st allocator.ReplicationStatus
+		var st postgres.ReplicationStatus
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			st, err = one.ReplicationStatus(ctx)
@@ -193,10 +195,10 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO idmint_ap
 		}
 		// The promoted server has the record of itself as a standby of
 		// timeline 1: it no longer counts, and a new instance serves at once.
-		auto := withReplicas(t, r.URL(db), allocator.ReplicasAuto)
+		auto := withReplicas(t, r.URL(db), postgres.ReplicasAuto)
 		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		if _, err := auto.Allocate(actx, newRequest("order", 10)); err != nil {
+		if _, err := auto.Allocate(actx, storetest.NewRequest("order", 10)); err != nil {
 			t.Fatalf("allocate on the promoted server without standbys: %v", err)
 		}
 	})
@@ -204,11 +206,11 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO idmint_ap
 
 // held allocates with a short deadline and requires the grant held back,
 // with want in the error.
-func held(t *testing.T, store *allocator.Postgres, want string) {
+func held(t *testing.T, store *postgres.Store, want string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_, err := store.Allocate(ctx, newRequest("order", 10))
+	_, err := store.Allocate(ctx, storetest.NewRequest("order", 10))
 	if !errors.Is(err, allocator.ErrNotReplicated) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("allocate: %v; want ErrNotReplicated mentioning %q", err, want)
 	}
@@ -216,13 +218,13 @@ func held(t *testing.T, store *allocator.Postgres, want string) {
 
 // served allocates and requires the grant confirmed within 30s (a standby
 // that came back catches up first).
-func served(t *testing.T, store *allocator.Postgres) {
+func served(t *testing.T, store *postgres.Store) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var err error
 	for ctx.Err() == nil {
-		if _, err = store.Allocate(ctx, newRequest("order", 10)); err == nil {
+		if _, err = store.Allocate(ctx, storetest.NewRequest("order", 10)); err == nil {
 			return
 		}
 		if !errors.Is(err, allocator.ErrNotReplicated) {
@@ -241,7 +243,7 @@ func TestPostgres_RequiredSet(t *testing.T) {
 
 	t.Run("remembered standby without a slot", func(t *testing.T) {
 		r, db := replicated(t, pgtest.ReplicationOptions{})
-		first := withReplicas(t, r.URL(db), allocator.ReplicasAuto)
+		first := withReplicas(t, r.URL(db), postgres.ReplicasAuto)
 		served(t, first)
 		recs, err := first.Standbys(ctx)
 		if err != nil || len(recs) != 1 || recs[0].Slot || recs[0].Timeline != 1 {
@@ -249,10 +251,10 @@ func TestPostgres_RequiredSet(t *testing.T) {
 		}
 		r.Standby.Stop(t, false)
 		// An instance started after the standby left knows it from the table.
-		late := withReplicas(t, r.URL(db), allocator.ReplicasAuto)
+		late := withReplicas(t, r.URL(db), postgres.ReplicasAuto)
 		held(t, late, "remembered")
 		st, err := late.ReplicationStatus(ctx)
-		if err != nil || st.Replicas != 0 || len(st.Standbys) != 1 || st.Standbys[0].Kind != allocator.KindRemembered || len(st.Held) != 1 {
+		if err != nil || st.Replicas != 0 || len(st.Standbys) != 1 || st.Standbys[0].Kind != postgres.KindRemembered || len(st.Held) != 1 {
 			t.Fatalf("status %+v, %v; want the remembered standby required and held", st, err)
 		}
 		if err := late.ForgetStandby(ctx, recs[0].Name); err != nil {
@@ -272,7 +274,7 @@ func TestPostgres_RequiredSet(t *testing.T) {
 
 	t.Run("standby with a slot", func(t *testing.T) {
 		r, db := replicated(t, pgtest.ReplicationOptions{Slot: "standby_a"})
-		store := withReplicas(t, r.URL(db), allocator.ReplicasAuto)
+		store := withReplicas(t, r.URL(db), postgres.ReplicasAuto)
 		served(t, store)
 		r.Standby.Stop(t, false)
 		held(t, store, "standby_a (slot, inactive)")
@@ -331,12 +333,12 @@ func BenchmarkPostgres_AllocateReplicated(b *testing.B) {
 	for _, bb := range []struct {
 		name string
 		sync bool
-		cfg  allocator.ReplicationConfig
+		cfg  postgres.ReplicationConfig
 	}{
-		{name: "async/off", cfg: allocator.ReplicationConfig{Required: 0}},
-		{name: "async/auto-flush", cfg: allocator.ReplicationConfig{Required: allocator.ReplicasAuto, Ack: allocator.AckFlush}},
-		{name: "async/auto-replay", cfg: allocator.ReplicationConfig{Required: allocator.ReplicasAuto, Ack: allocator.AckReplay}},
-		{name: "sync/off", sync: true, cfg: allocator.ReplicationConfig{Required: 0}},
+		{name: "async/off", cfg: postgres.ReplicationConfig{Required: 0}},
+		{name: "async/auto-flush", cfg: postgres.ReplicationConfig{Required: postgres.ReplicasAuto, Ack: postgres.AckFlush}},
+		{name: "async/auto-replay", cfg: postgres.ReplicationConfig{Required: postgres.ReplicasAuto, Ack: postgres.AckReplay}},
+		{name: "sync/off", sync: true, cfg: postgres.ReplicationConfig{Required: 0}},
 	} {
 		b.Run(bb.name, func(b *testing.B) {
 			r := pgtest.NewReplication(b, pgtest.ReplicationOptions{Synchronous: bb.sync})
@@ -353,7 +355,7 @@ func BenchmarkPostgres_AllocateReplicated(b *testing.B) {
 			ctx := context.Background()
 			b.ResetTimer()
 			for b.Loop() {
-				if _, err := store.Allocate(ctx, newRequest("order", 10)); err != nil {
+				if _, err := store.Allocate(ctx, storetest.NewRequest("order", 10)); err != nil {
 					b.Fatal(err)
 				}
 			}

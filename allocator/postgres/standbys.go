@@ -1,4 +1,4 @@
-package allocator
+package postgres
 
 import (
 	"context"
@@ -8,6 +8,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idmint/idmint/allocator"
 )
 
 // The required set: which servers must have a grant before it is served.
@@ -328,4 +332,38 @@ func (r *replicator) remember(ctx context.Context, q querier, v verdict, timelin
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Standbys lists the standbys recorded in idmint_standbys, newest first.
+func (p *Store) Standbys(ctx context.Context) ([]StandbyRecord, error) {
+	rows, err := p.pool.Query(ctx, `SELECT name, slot, timeline, first_seen, last_seen, COALESCE(last_flush_lsn::text, ''), forgotten_at
+FROM idmint_standbys ORDER BY last_seen DESC, name`)
+	if err != nil {
+		return nil, fmt.Errorf("list standbys: %w", err)
+	}
+	recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (StandbyRecord, error) {
+		var s StandbyRecord
+		err := row.Scan(&s.Name, &s.Slot, &s.Timeline, &s.FirstSeen, &s.LastSeen, &s.LastFlushLSN, &s.ForgottenAt)
+		return s, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list standbys: %w", err)
+	}
+	return recs, nil
+}
+
+// ForgetStandby marks a recorded standby forgotten: it no longer holds
+// grants back until it is seen streaming again. It returns ErrNotFound when
+// no standby of that name is recorded (or it is forgotten already). A
+// standby that streams through a slot is released by dropping the slot
+// instead; forgetting its row changes nothing.
+func (p *Store) ForgetStandby(ctx context.Context, name string) error {
+	tag, err := p.pool.Exec(ctx, `UPDATE idmint_standbys SET forgotten_at = now() WHERE name = $1 AND forgotten_at IS NULL`, name)
+	if err != nil {
+		return fmt.Errorf("forget standby %q: %w", name, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("forget standby %q: %w", name, allocator.ErrNotFound)
+	}
+	return nil
 }

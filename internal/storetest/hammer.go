@@ -1,17 +1,43 @@
-package allocator_test
+package storetest
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/segment"
 )
 
-// hammer takes perGoroutine IDs of tag from each allocator with goroutines
+// NewAllocator returns an allocator over store for tests, closed on
+// cleanup, with short retries and generous waits; mod, if not nil, changes
+// its Config first.
+func NewAllocator(tb testing.TB, store allocator.Store, mod func(*allocator.Config)) *allocator.Allocator {
+	tb.Helper()
+	cfg := allocator.Config{
+		Store:    store,
+		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		RetryMin: time.Millisecond,
+		RetryMax: 5 * time.Millisecond,
+		// Generous: the uniqueness runs saturate 2 cores with -race, and
+		// a bounded wait running out there is load, not a defect.
+		Segment: segment.Config{WaitTimeout: 30 * time.Second, LoadTimeout: 10 * time.Second},
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	a := allocator.New(cfg)
+	tb.Cleanup(func() { a.Close(context.Background()) })
+	return a
+}
+
+// Hammer takes perGoroutine IDs of tag from each allocator with goroutines
 // goroutines each, all at once, and fails on any duplicate or on a
 // goroutine's IDs not increasing. It returns the number of IDs taken.
-func hammer(t *testing.T, allocators []*allocator.Allocator, tag string, goroutines, perGoroutine int) int {
+func Hammer(t *testing.T, allocators []*allocator.Allocator, tag string, goroutines, perGoroutine int) int {
 	t.Helper()
 	results := make([][]int64, len(allocators)*goroutines)
 	var wg sync.WaitGroup

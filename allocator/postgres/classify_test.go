@@ -1,4 +1,4 @@
-package allocator
+package postgres
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/idmint/idmint/allocator"
 )
 
 // TestClassify: only errors that prove nothing committed are retried as
@@ -33,7 +35,7 @@ func TestClassify(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := classify("allocate", tt.err)
-			if errors.Is(got, ErrAlreadyGranted) != tt.granted || errors.Is(got, ErrAmbiguous) != tt.ambiguous {
+			if errors.Is(got, allocator.ErrAlreadyGranted) != tt.granted || errors.Is(got, allocator.ErrAmbiguous) != tt.ambiguous {
 				t.Fatalf("classify(%v) = %v; want granted %v, ambiguous %v", tt.err, got, tt.granted, tt.ambiguous)
 			}
 		})

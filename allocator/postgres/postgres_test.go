@@ -1,4 +1,4 @@
-package allocator_test
+package postgres_test
 
 import (
 	"context"
@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/internal/pgtest"
 	"github.com/idmint/idmint/internal/storetest"
 	"github.com/idmint/idmint/migrations"
@@ -24,7 +24,7 @@ import (
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
 
 // openPostgres returns a store on a fresh, migrated database, and its URL.
-func openPostgres(tb testing.TB) (*allocator.Postgres, string) {
+func openPostgres(tb testing.TB) (*postgres.Store, string) {
 	tb.Helper()
 	url := pgtest.Shared(tb).NewDatabase(tb)
 	store := connect(tb, url)
@@ -36,9 +36,9 @@ func openPostgres(tb testing.TB) (*allocator.Postgres, string) {
 	return store, url
 }
 
-func connect(tb testing.TB, url string) *allocator.Postgres {
+func connect(tb testing.TB, url string) *postgres.Store {
 	tb.Helper()
-	store, err := allocator.OpenPostgres(context.Background(), url)
+	store, err := postgres.Open(context.Background(), url)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -46,14 +46,14 @@ func connect(tb testing.TB, url string) *allocator.Postgres {
 	return store
 }
 
-func createTag(tb testing.TB, store *allocator.Postgres, spec allocator.TagSpec) {
+func createTag(tb testing.TB, store *postgres.Store, spec allocator.TagSpec) {
 	tb.Helper()
 	if _, err := store.CreateTag(context.Background(), spec); err != nil {
 		tb.Fatal(err)
 	}
 }
 
-func maxID(tb testing.TB, store *allocator.Postgres, tag string) int64 {
+func maxID(tb testing.TB, store *postgres.Store, tag string) int64 {
 	tb.Helper()
 	var n int64
 	if err := store.Pool().QueryRow(context.Background(), `SELECT max_id FROM idmint_tags WHERE biz_tag = $1`, tag).Scan(&n); err != nil {
@@ -62,14 +62,10 @@ func maxID(tb testing.TB, store *allocator.Postgres, tag string) int64 {
 	return n
 }
 
-func newRequest(tag string, size int64) allocator.Request {
-	return allocator.Request{ID: uuid.Must(uuid.NewV7()), Tag: tag, Size: size, Instance: "test"}
-}
-
 func TestMigrations(t *testing.T) {
 	url := pgtest.Shared(t).NewDatabase(t)
 	ctx := context.Background()
-	store, err := allocator.OpenPostgres(ctx, url)
+	store, err := postgres.Open(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +90,7 @@ func TestMigrations(t *testing.T) {
 		total += len(a)
 	}
 	current, latest, err := migrations.Version(ctx, db, migrations.PostgreSQL)
-	if err != nil || current != latest || latest < 1 || total != migrationFiles(t, migrations.PostgreSQL) {
+	if err != nil || current != latest || latest < 1 || total != storetest.MigrationFiles(t, migrations.PostgreSQL) {
 		t.Fatalf("version %d/%d, applied %v, err %v", current, latest, applied, err)
 	}
 
@@ -127,7 +123,7 @@ func TestPostgres_Contract(t *testing.T) {
 
 // restorablePG gives a Postgres store the contract's MaxIDSetter.
 type restorablePG struct {
-	*allocator.Postgres
+	*postgres.Store
 	tb testing.TB
 }
 
@@ -159,7 +155,7 @@ func TestPostgres_RetryWhileInFlight(t *testing.T) {
 	if _, err := locker.Exec(ctx, `SELECT 1 FROM idmint_tags WHERE biz_tag = 'order' FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}
-	req := newRequest("order", 0)
+	req := storetest.NewRequest("order", 0)
 	type result struct {
 		seg allocator.Segment
 		err error
@@ -231,9 +227,9 @@ func TestPostgres_Uniqueness(t *testing.T) {
 	allocators := make([]*allocator.Allocator, instances)
 	for i := range allocators {
 		// Each instance has its own pool, as separate processes would.
-		allocators[i] = newAllocator(t, connect(t, url), func(c *allocator.Config) { c.Instance = fmt.Sprint("instance-", i) })
+		allocators[i] = storetest.NewAllocator(t, connect(t, url), func(c *allocator.Config) { c.Instance = fmt.Sprint("instance-", i) })
 	}
-	n := hammer(t, allocators, "order", goroutines, perGoroutine)
+	n := storetest.Hammer(t, allocators, "order", goroutines, perGoroutine)
 	var segments int64
 	if err := store.Pool().QueryRow(context.Background(), `SELECT count(*) FROM idmint_segments`).Scan(&segments); err != nil {
 		t.Fatal(err)
@@ -258,7 +254,7 @@ func TestNewPostgres_SynchronousCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := allocator.NewPostgres(pool)
+	store := postgres.New(pool)
 	defer store.Close()
 	if _, err := pool.Exec(ctx, `
 CREATE TABLE seen_synchronous_commit (setting text NOT NULL);
@@ -272,7 +268,7 @@ CREATE TRIGGER record_synchronous_commit AFTER INSERT ON idmint_segments
 		t.Fatal(err)
 	}
 	createTag(t, store, allocator.TagSpec{Name: "order", Step: 10})
-	if _, err := store.Allocate(ctx, newRequest("order", 0)); err != nil {
+	if _, err := store.Allocate(ctx, storetest.NewRequest("order", 0)); err != nil {
 		t.Fatal(err)
 	}
 	var inside, session string

@@ -1,0 +1,98 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/internal/sqlstore"
+)
+
+// giveBackRangeSQL is the compare-and-set of GiveBack, guarded by the
+// segment log: [$3, $4] is the tail of request $1's segment, which gave
+// nothing back yet and is held by principal $5 with holder key hash $6 (an
+// instance's segment has neither, and matches no caller), and no other
+// request keeps an ID at or above $3 (a row's kept part ends at
+// returned_from - 1, or last_id). The guard makes a late, repeated or
+// stranger's give-back harmless: once another request was granted IDs of
+// the tail, max_id may end at $4 again, but the log shows that request.
+const giveBackRangeSQL = `
+UPDATE idmint_tags SET max_id = $3 - 1, updated_at = now()
+WHERE biz_tag = $2 AND max_id = $4
+  AND EXISTS (SELECT 1 FROM idmint_segments
+              WHERE request_id = $1 AND biz_tag = $2 AND first_id <= $3 AND last_id = $4
+                AND returned_from IS NULL
+                AND principal = $5
+                AND holder_hash = $6)
+  AND NOT EXISTS (SELECT 1 FROM idmint_segments
+                  WHERE biz_tag = $2 AND COALESCE(returned_from - 1, last_id) >= $3 AND request_id <> $1)`
+
+// holderOfSQL reads a request's holder, to tell a give-back refused for
+// its holder from one refused for the state of the tag.
+const holderOfSQL = `SELECT principal, holder_hash FROM idmint_segments WHERE request_id = $1`
+
+// GiveBackRange implements allocator.Granter. The tag's row is locked first, so
+// that the guarded update reads the segment log after every allocation
+// before it committed (under READ COMMITTED each statement sees what
+// committed before it began). The request's log row records the give-back
+// (returned_from) in the same transaction, as GiveBack does.
+func (p *Store) GiveBackRange(ctx context.Context, id uuid.UUID, h allocator.Holder, tag string, first, last int64) (bool, error) {
+	var n int64
+	principal, hash := sqlstore.HolderArgs(h)
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		var maxID int64
+		err := tx.QueryRow(ctx, `SELECT max_id FROM idmint_tags WHERE biz_tag = $1 FOR UPDATE`, tag).Scan(&maxID)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return nil
+		case err != nil:
+			return err
+		case maxID == last:
+			res, err := tx.Exec(ctx, giveBackRangeSQL, id, tag, first, last, principal, hash)
+			if err != nil {
+				return err
+			}
+			if res.RowsAffected() == 1 {
+				n = 1
+				_, err = tx.Exec(ctx, `UPDATE idmint_segments SET returned_from = $2 WHERE request_id = $1`, id, first)
+				return err
+			}
+		}
+		return sqlstore.RefuseStranger(tx.QueryRow(ctx, holderOfSQL, id), pgx.ErrNoRows, id, h)
+	})
+	return sqlstore.GivenBack(n, err, tag, first, last)
+}
+
+// giveBackSQL lowers max_id to first-1 ($2 - 1) only if it is still last
+// ($3), and in the same statement marks the log rows of the IDs given back
+// (returned_from), so that the log alone explains every ID: the rows whose
+// kept part reaches into [first, last] keep only what lies below first.
+const giveBackSQL = `
+WITH back AS (
+    UPDATE idmint_tags SET max_id = $2 - 1, updated_at = now()
+    WHERE biz_tag = $1 AND max_id = $3
+    RETURNING biz_tag
+), marked AS (
+    UPDATE idmint_segments s SET returned_from = GREATEST(s.first_id, $2)
+    FROM back
+    WHERE s.biz_tag = back.biz_tag AND s.first_id <= $3
+      AND COALESCE(s.returned_from - 1, s.last_id) >= $2
+    RETURNING s.request_id
+)
+SELECT count(*) FROM back`
+
+// GiveBack implements allocator.Granter with one compare-and-set statement.
+func (p *Store) GiveBack(ctx context.Context, tag string, first, last int64) (bool, error) {
+	if first < 1 || first > last {
+		return false, fmt.Errorf("give back %q: invalid range [%d, %d]", tag, first, last)
+	}
+	var n int64
+	if err := p.pool.QueryRow(ctx, giveBackSQL, tag, first, last).Scan(&n); err != nil {
+		return false, fmt.Errorf("give back %q [%d, %d]: %w", tag, first, last, err)
+	}
+	return n == 1, nil
+}
