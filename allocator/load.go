@@ -249,7 +249,7 @@ func (a *Allocator) recovered(req Request, seg Segment, log interface{ Warn(stri
 }
 
 func (a *Allocator) allocate(ctx context.Context, req Request) (Segment, error) {
-	ctx, cancel := context.WithTimeout(ctx, a.cfg.AttemptTimeout)
+	ctx, cancel := context.WithTimeout(ctx, a.attemptTimeout())
 	defer cancel()
 	seg, err := a.cfg.Store.Allocate(ctx, req)
 	if err == nil && (seg.RequestID != req.ID || seg.Tag != req.Tag) {
@@ -259,7 +259,7 @@ func (a *Allocator) allocate(ctx context.Context, req Request) (Segment, error) 
 }
 
 func (a *Allocator) lookup(ctx context.Context, id uuid.UUID) (Segment, error) {
-	ctx, cancel := context.WithTimeout(ctx, a.cfg.AttemptTimeout)
+	ctx, cancel := context.WithTimeout(ctx, a.attemptTimeout())
 	defer cancel()
 	return a.cfg.Store.Lookup(ctx, id)
 }

@@ -26,6 +26,7 @@ var (
 type Postgres struct {
 	pool *pgxpool.Pool
 	repl *replicator // confirms grants on the standbys before they are served
+	rtt  *RoundTrip  // measured on the pool's connections; nil over a given pool
 }
 
 // OpenPostgres connects to PostgreSQL. The pool's own settings come from the
@@ -42,12 +43,19 @@ func OpenPostgres(ctx context.Context, url string) (*Postgres, error) {
 	// hand them out again.
 	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
 	followFailover(cfg)
+	rtt := NewRoundTrip(0, 0)
+	measureRoundTrips(cfg, rtt)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to postgres: %w", err)
 	}
-	return &Postgres{pool: pool, repl: newReplicator(DefaultReplication)}, nil
+	return &Postgres{pool: pool, repl: newReplicator(DefaultReplication), rtt: rtt}, nil
 }
+
+// RoundTrip returns the store's measured round trip, for Config.RoundTrip
+// (nil for a store made by NewPostgres: its pool's connections are not
+// measured).
+func (p *Postgres) RoundTrip() *RoundTrip { return p.rtt }
 
 // NewPostgres returns a Postgres over an existing pool. Allocations pin
 // synchronous_commit=on in their own transaction, so the pool's settings

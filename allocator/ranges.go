@@ -153,7 +153,7 @@ func (a *Allocator) ReturnRange(ctx context.Context, id uuid.UUID, h Holder, tag
 	if !ok {
 		return false, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, a.cfg.AttemptTimeout)
+	ctx, cancel := context.WithTimeout(ctx, a.attemptTimeout())
 	defer cancel()
 	ok, err := r.GiveBackRange(ctx, id, h, tag, first, last)
 	if errors.Is(err, ErrNotHolder) {

@@ -36,7 +36,9 @@ func (failingAllocator) Stats() []segment.Stats { return nil }
 func (f failingAllocator) TagStats(_ context.Context, tag string) (segment.Stats, error) {
 	return segment.Stats{}, f.err(tag)
 }
-func (failingAllocator) Ping(context.Context) error { return allocator.ErrUnavailable }
+func (failingAllocator) Ping(context.Context) error                { return allocator.ErrUnavailable }
+func (failingAllocator) RoundTrip() allocator.RoundTripStatus      { return allocator.RoundTripStatus{} }
+func (failingAllocator) Timeout(floor time.Duration) time.Duration { return floor }
 
 // failureLines reads the "request failed" lines of a JSON log: how many per
 // code, and the suppressed counts they report, added up per code.

@@ -22,6 +22,10 @@ type Allocator interface {
 	Stats() []segment.Stats
 	TagStats(ctx context.Context, tag string) (segment.Stats, error)
 	Ping(ctx context.Context) error
+	// RoundTrip and Timeout: the database's measured round trip, and
+	// timeouts that follow it (allocator.RoundTrip).
+	RoundTrip() allocator.RoundTripStatus
+	Timeout(floor time.Duration) time.Duration
 }
 
 var _ Allocator = (*allocator.Allocator)(nil)
