@@ -255,6 +255,9 @@ func (a *Allocator) buffer(ctx context.Context, tag string) (*segment.Buffer, er
 	})
 	sc.Logger = a.cfg.Logger
 	sc.Now = a.cfg.Now
+	if a.cfg.RoundTrip != nil {
+		sc.AdaptTimeout = a.loadTimeout
+	}
 	// A tag's buffer may be new while the tag is not (a forgotten buffer):
 	// it starts from the highest ID the tag was ever granted here.
 	t := a.stateLocked(tag)

@@ -9,7 +9,10 @@ import (
 // never less than the floor it is asked with, never more than
 // DefaultTimeoutCeiling.
 const (
-	DefaultRoundTripFactor = 10
+	// DefaultRoundTripFactor covers the worst attempt: a new connection
+	// (TCP, TLS or not, SCRAM: up to five round trips), then the statement
+	// and the replication checks, each prepared and run (six or more).
+	DefaultRoundTripFactor = 20
 	DefaultTimeoutCeiling  = 30 * time.Second
 	// rttWeight is the weight of the past in the estimate (7/8, as TCP's
 	// smoothed RTT, RFC 6298): one slow round trip moves it an eighth of
@@ -130,6 +133,16 @@ func (r *RoundTrip) status(fetchFloor time.Duration) RoundTripStatus {
 // when the round trip asks for it.
 func (a *Allocator) attemptTimeout() time.Duration {
 	return a.cfg.RoundTrip.Timeout(a.cfg.AttemptTimeout)
+}
+
+// loadAttempts is how many attempts (an allocation, the lookup of a lost
+// reply, another) one load is given time for, at least.
+const loadAttempts = 3
+
+// loadTimeout bounds one load: floor (segment.Config.LoadTimeout), or
+// loadAttempts attempt timeouts when that is more.
+func (a *Allocator) loadTimeout(floor time.Duration) time.Duration {
+	return max(floor, loadAttempts*a.attemptTimeout())
 }
 
 // RoundTrip reports the store's estimated round trip and the timeouts it

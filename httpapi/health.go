@@ -51,7 +51,7 @@ type DatabaseHealth struct {
 	// average; 0 when the store does not measure it).
 	RoundTripMS float64 `json:"round_trip_ms"`
 	// FetchTimeoutMS bounds one store call of a segment fetch:
-	// max(floor, 10 × round trip), at most 30 s.
+	// max(floor, 20 × round trip), at most 30 s.
 	FetchTimeoutMS float64 `json:"fetch_timeout_ms"`
 	// ConnectTimeoutMS bounds one connection attempt per host of a
 	// multi-host URL, by the same rule; absent when connects are not

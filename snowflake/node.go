@@ -218,7 +218,15 @@ func (n *Node) acquire(ctx context.Context) time.Duration {
 func (n *Node) renew(ctx context.Context) time.Duration {
 	n.mu.Lock()
 	held := *n.lease
+	ended := !n.cfg.Clock.Now().Before(n.localExpiry.Add(-n.cfg.Margin))
 	n.mu.Unlock()
+	if ended {
+		// The window ended unrenewed (the database was away): that lease is
+		// over and is not extended. A new one is leased instead, under a
+		// new epoch, starting after the old window's end; requests keep
+		// getting ErrLeaseExpired until it is.
+		return n.acquire(ctx)
+	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.RenewEvery)
 	defer cancel()
 	sent := n.cfg.Clock.Now()
@@ -372,6 +380,11 @@ type Stats struct {
 	// LeaseRemaining is the time left before the lease expires, by the
 	// clock; zero when none is held.
 	LeaseRemaining time.Duration
+	// WindowRemaining is how long IDs can still be issued without a
+	// renewal: the time left before the window ends (a margin before the
+	// lease expires), by the clock; zero when no window is held. While the
+	// database is away it counts down to the first refusal.
+	WindowRemaining time.Duration
 	// ClockOffset is the database's clock minus this instance's, measured
 	// at the last acquisition or renewal.
 	ClockOffset time.Duration
@@ -390,6 +403,12 @@ func (n *Node) Stats() Stats {
 	if n.lease != nil {
 		s.Worker, s.Epoch = n.lease.Worker, n.lease.Epoch
 		s.LeaseRemaining = max(n.localExpiry.Sub(now), 0)
+	}
+	if w := s.Window; s.Held {
+		// The window ends at its deadline or after its last millisecond,
+		// whichever comes first (see Generator.Next).
+		byEnd := time.UnixMilli(w.End + 1).Sub(now)
+		s.WindowRemaining = max(min(w.Deadline.Sub(now), byEnd), 0)
 	}
 	s.ClockOffset = n.offset
 	s.Acquisitions, s.Renewals, s.RenewFailures, s.Losses = n.acquisitions, n.renewals, n.renewFails, n.lost
