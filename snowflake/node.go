@@ -221,11 +221,7 @@ func (n *Node) renew(ctx context.Context) time.Duration {
 	ended := !n.cfg.Clock.Now().Before(n.localExpiry.Add(-n.cfg.Margin))
 	n.mu.Unlock()
 	if ended {
-		// The window ended unrenewed (the database was away): that lease is
-		// over and is not extended. A new one is leased instead, under a
-		// new epoch, starting after the old window's end; requests keep
-		// getting ErrLeaseExpired until it is.
-		return n.acquire(ctx)
+		return n.restart(ctx, held)
 	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.RenewEvery)
 	defer cancel()
@@ -236,11 +232,7 @@ func (n *Node) renew(ctx context.Context) time.Duration {
 	defer n.mu.Unlock()
 	switch {
 	case errors.Is(err, ErrLeaseLost):
-		n.gen.Revoke()
-		n.lease, n.lastErr = nil, err
-		n.lost++
-		n.cfg.Logger.Error("snowflake: worker lease lost to another instance; leasing another", "worker_id", held.Worker, "epoch", held.Epoch)
-		return 0
+		return n.lostLocked(held, err)
 	case err != nil:
 		n.renewFails++
 		n.lastErr = err
@@ -251,6 +243,49 @@ func (n *Node) renew(ctx context.Context) time.Duration {
 	n.renewals++
 	n.lease = &l
 	return n.installLocked(l, sent, got)
+}
+
+// lostLocked forgets a lease found taken over, and returns when to lease
+// another.
+func (n *Node) lostLocked(held Lease, err error) time.Duration {
+	n.gen.Revoke()
+	n.lease, n.lastErr = nil, err
+	n.lost++
+	n.cfg.Logger.Error("snowflake: worker lease lost to another instance; leasing another", "worker_id", held.Worker, "epoch", held.Epoch)
+	return 0
+}
+
+// restart ends a lease whose window ended unrenewed (the database was
+// away): it is not extended, so that every window is one epoch and a break
+// shows. It is released, recording the last millisecond used, and a new
+// lease is taken at once, under a new epoch that starts after it; until
+// then requests get ErrLeaseExpired. A lease taken over meanwhile is lost,
+// as a renewal would find.
+func (n *Node) restart(ctx context.Context, held Lease) time.Duration {
+	rctx, cancel := context.WithTimeout(ctx, n.cfg.RenewEvery)
+	err := n.cfg.Store.Release(rctx, held, n.gen.Stats().LastMillis)
+	cancel()
+	if err != nil {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if errors.Is(err, ErrLeaseLost) {
+			return n.lostLocked(held, err)
+		}
+		n.renewFails++
+		n.lastErr = err
+		n.cfg.Logger.Warn("snowflake: lease window ended unrenewed; serving no snowflake ids until the database answers", "worker_id", held.Worker, "err", err)
+		return n.cfg.RenewEvery / 2
+	}
+	n.cfg.Logger.Warn("snowflake: lease window ended unrenewed; released, leasing again under a new epoch", "worker_id", held.Worker, "epoch", held.Epoch)
+	wait := n.acquire(ctx)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.lease != nil && n.lease.Worker == held.Worker && n.lease.Epoch == held.Epoch {
+		// No new lease: the old one is released, so nothing is held.
+		n.gen.Revoke()
+		n.lease = nil
+	}
+	return wait
 }
 
 // installLocked hands the lease's window to the generator, and suspends the
