@@ -192,6 +192,12 @@ func (n *Node) holding() bool {
 
 // acquire tries to lease a worker ID and returns when to act next.
 func (n *Node) acquire(ctx context.Context) time.Duration {
+	wait, _ := n.tryAcquire(ctx)
+	return wait
+}
+
+// tryAcquire is acquire that also says whether a lease was taken.
+func (n *Node) tryAcquire(ctx context.Context) (time.Duration, bool) {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.RenewEvery)
 	defer cancel()
 	sent := n.cfg.Clock.Now()
@@ -206,12 +212,12 @@ func (n *Node) acquire(ctx context.Context) time.Duration {
 			n.cfg.Logger.Warn("snowflake: no worker id leased; serving no snowflake ids, retrying", "every", n.cfg.RenewEvery, "err", err)
 		}
 		n.lastErr = err
-		return n.cfg.RenewEvery
+		return n.cfg.RenewEvery, false
 	}
 	n.acquisitions++
 	n.lease = &l
 	n.cfg.Logger.Info("snowflake: worker id leased", "worker_id", l.Worker, "epoch", l.Epoch, "ttl", n.cfg.TTL)
-	return n.installLocked(l, sent, got)
+	return n.installLocked(l, sent, got), true
 }
 
 // renew renews the lease held and returns when to act next.
@@ -277,13 +283,13 @@ func (n *Node) restart(ctx context.Context, held Lease) time.Duration {
 		return n.cfg.RenewEvery / 2
 	}
 	n.cfg.Logger.Warn("snowflake: lease window ended unrenewed; released, leasing again under a new epoch", "worker_id", held.Worker, "epoch", held.Epoch)
-	wait := n.acquire(ctx)
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.lease != nil && n.lease.Worker == held.Worker && n.lease.Epoch == held.Epoch {
-		// No new lease: the old one is released, so nothing is held.
+	wait, ok := n.tryAcquire(ctx)
+	if !ok {
+		// No new lease, and the old one is released: nothing is held.
+		n.mu.Lock()
 		n.gen.Revoke()
 		n.lease = nil
+		n.mu.Unlock()
 	}
 	return wait
 }
