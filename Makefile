@@ -8,7 +8,7 @@ GO    ?= go
 IMAGE ?= idmint:dev
 BIN   ?= bin/idmint
 
-.PHONY: run test bench bench-http lint build image drill drill-ha drill-failover fuzz mutate
+.PHONY: run test bench bench-http lint build image drill drill-ha drill-far drill-failover fuzz mutate
 
 run:
 	$(GO) run ./cmd/idmint serve
@@ -118,6 +118,14 @@ drill-ha:
 	$(GO) test -count=1 -v -timeout 90m -run '^TestDrillHA$$' ./cmd/idmint
 	@if [ '$(DRILL_DEPLOY)' = 1 ]; then \
 		IDMINT_HA_DIR=$$(mktemp -u -d /tmp/idmint-ha-smoke.XXXXXX) deploy/ha/cluster.sh smoke; fi
+
+# drill-far measures GET /id of an instance next to PostgreSQL and of one
+# 150 ms away each way (toxiproxy), side by side under the same load, and
+# prints one "drill-far:" line with each p50/p99 and their ratio, e.g.
+# make drill-far FAR_DURATION=30s
+FAR_DURATION ?= 20s
+drill-far:
+	IDMINT_DRILL_FAR='$(FAR_DURATION)' $(GO) test -count=1 -v -timeout 10m -run '^TestDrillFar$$' ./internal/faults
 
 # drill-failover repeats the failover tests on real streaming replication
 # (a lagging asynchronous standby promoted, a disconnected one promoted after

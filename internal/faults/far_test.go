@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -305,4 +307,127 @@ func TestFarDatabase_LinkCut(t *testing.T) {
 	st := tagStats(a, tag)
 	t.Logf("cut of %v at 150 ms each way: %d ids to callers, 0 errors, 0 duplicates; %d fetch attempts failed during the cut, %d ids still buffered",
 		outage.Round(time.Millisecond), r.IDs(), counted.failed.Load()-failedBefore, st.Available())
+}
+
+// TestDrillFar measures GET /id side by side, in one run and under the same
+// load: one instance next to the database, one 150 ms away each way
+// (through toxiproxy), on one tag whose segments (5,000 IDs) last some
+// seconds at this load: the far instance fetches several times, each fetch
+// taking some round trips of 300 ms. It prints the p50, p99 and max of each
+// and the p50 and p99 ratios. It runs only when IDMINT_DRILL_FAR is set to a duration (make
+// drill-far); a figure, not a timing assertion: the checks are 0 errors
+// and 0 duplicates.
+func TestDrillFar(t *testing.T) {
+	spec := os.Getenv("IDMINT_DRILL_FAR")
+	if spec == "" {
+		t.Skip("set IDMINT_DRILL_FAR=20s (make drill-far) to measure")
+	}
+	duration, err := time.ParseDuration(spec)
+	if err != nil {
+		t.Fatalf("IDMINT_DRILL_FAR=%q: %v", spec, err)
+	}
+	const tag, step, clients = "order", 5000, 4
+	const oneWay = 150 * time.Millisecond
+	dbURL := newDatabase(t, pgtest.Shared(t))
+	createTag(t, open(t, dbURL), tag, step, step)
+	px := far(t, dbURL, oneWay)
+
+	type side struct {
+		name      string
+		a         *allocator.Allocator
+		url       string
+		latencies []time.Duration
+	}
+	var sides []*side
+	for _, s := range []struct{ name, url string }{{"near", dbURL}, {"far", px.URL}} {
+		store := open(t, s.url)
+		pingAsServe(t, store)
+		a := newInstance(t, store, s.name, func(c *allocator.Config) {
+			// The serve defaults.
+			c.AttemptTimeout, c.RetryMin, c.RetryMax = serveAttemptTimeout, 0, 0
+			c.Segment = segment.Config{}
+			c.RoundTrip = store.RoundTrip()
+		})
+		api := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet()}))
+		t.Cleanup(api.Close)
+		sides = append(sides, &side{name: s.name, a: a, url: api.URL})
+	}
+	c := checker.New()
+	httpClient := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2 * clients}}
+	get := func(sd *side, client string) time.Duration {
+		c.Attempt()
+		start := time.Now()
+		resp, err := httpClient.Get(sd.url + "/id?biz_tag=" + tag)
+		if err != nil {
+			c.Fail(err)
+			return 0
+		}
+		defer resp.Body.Close()
+		var body struct {
+			ID string `json:"id"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&body)
+		latency := time.Since(start)
+		if resp.StatusCode != http.StatusOK || err != nil {
+			c.Fail(fmt.Errorf("%s: status %d: %v", sd.name, resp.StatusCode, err))
+			return 0
+		}
+		id, err := strconv.ParseInt(body.ID, 10, 64)
+		if err != nil {
+			c.Fail(err)
+			return 0
+		}
+		c.Ack(client, tag, id)
+		return latency
+	}
+	// Warm up: the first segment of each, and both buffers full.
+	for _, sd := range sides {
+		get(sd, sd.name+"-warm-up")
+		testutil.Eventually(t, time.Minute, sd.name+" loaded", func() bool { return tagStats(sd.a, tag).Loads > 0 })
+	}
+	loadsBefore := map[string]int64{}
+	for _, sd := range sides {
+		loadsBefore[sd.name] = tagStats(sd.a, tag).Loads
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	end := time.Now().Add(duration)
+	for _, sd := range sides {
+		for w := range clients {
+			wg.Go(func() {
+				client := fmt.Sprint(sd.name, "-", w)
+				var mine []time.Duration
+				for time.Now().Before(end) {
+					if d := get(sd, client); d > 0 {
+						mine = append(mine, d)
+					}
+				}
+				mu.Lock()
+				sd.latencies = append(sd.latencies, mine...)
+				mu.Unlock()
+			})
+		}
+	}
+	wg.Wait()
+	r := c.Report()
+	requireValid(t, r)
+	if r.Failed != 0 {
+		t.Fatalf("%d requests failed: %v", r.Failed, r.Errors)
+	}
+	pct := func(ds []time.Duration, p float64) time.Duration {
+		slices.Sort(ds)
+		return ds[min(len(ds)-1, int(float64(len(ds))*p))]
+	}
+	near, farSide := sides[0], sides[1]
+	line := fmt.Sprintf("drill-far: %v, %d clients each, GET /id: near p50 %v p99 %v max %v (%d requests, %d fetches); far (%v each way, round trip %v, fetch timeout %v) p50 %v p99 %v max %v (%d requests, %d fetches); ratio far/near p50 %.2f p99 %.2f; 0 errors, 0 duplicates",
+		duration, clients,
+		pct(near.latencies, 0.50).Round(time.Microsecond), pct(near.latencies, 0.99).Round(time.Microsecond), pct(near.latencies, 1).Round(time.Microsecond),
+		len(near.latencies), tagStats(near.a, tag).Loads-loadsBefore["near"],
+		oneWay, farSide.a.RoundTrip().RTT.Round(time.Millisecond), farSide.a.RoundTrip().FetchTimeout.Round(time.Millisecond),
+		pct(farSide.latencies, 0.50).Round(time.Microsecond), pct(farSide.latencies, 0.99).Round(time.Microsecond), pct(farSide.latencies, 1).Round(time.Microsecond),
+		len(farSide.latencies), tagStats(farSide.a, tag).Loads-loadsBefore["far"],
+		float64(pct(farSide.latencies, 0.50))/float64(pct(near.latencies, 0.50)),
+		float64(pct(farSide.latencies, 0.99))/float64(pct(near.latencies, 0.99)))
+	fmt.Println(line)
+	t.Log(line)
 }
