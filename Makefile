@@ -8,7 +8,7 @@ GO    ?= go
 IMAGE ?= idmint:dev
 BIN   ?= bin/idmint
 
-.PHONY: run test bench bench-http lint generate proto-baseline build image drill drill-ha drill-failover drill-runway fuzz mutate
+.PHONY: run test bench bench-http lint generate proto-baseline build image drill drill-ha drill-far drill-failover drill-runway fuzz mutate
 
 run:
 	$(GO) run ./cmd/idmint serve
@@ -127,20 +127,34 @@ drill:
 # default 3s), DRILL_LAG (stall: replication frozen before the crash, default
 # 500ms), DRILL_SERVE_ARGS (more `idmint serve` flags), DRILL_EXPECT=duplicates
 # (every run a negative control), DRILL_CONTROL=0 (no control run) and
-# DRILL_DEPLOY=0 (no walk-through). Each run prints a "drill-ha:" line, e.g.
+# DRILL_DEPLOY=0 (no walk-through). DRILL_TAGS says which tags: tiny (a grant
+# every 50 IDs: the buffers run dry at once, so the failover shows) and
+# realistic (steps sized for the load: buffers outlast the failover, and the
+# run fails on any 503 or unanswered request); DRILL_REALISTIC_MODES (default
+# async) the modes of the realistic runs. Each run prints a "drill-ha:" line, e.g.
 # make drill-ha DRILL_MODES=async DRILL_RUNS=10 DRILL_CONTROL=0 DRILL_DEPLOY=0
 DRILL_MODES   ?= sync async
+DRILL_TAGS    ?= tiny realistic
+DRILL_REALISTIC_MODES ?= async
 DRILL_REPLICA ?= disconnect
 DRILL_RUNS    ?= 1
 DRILL_CONTROL ?= 1
 DRILL_DEPLOY  ?= 1
 drill-ha:
-	IDMINT_DRILL_HA=1 DRILL_MODES='$(DRILL_MODES)' DRILL_REPLICA='$(DRILL_REPLICA)' DRILL_RUNS='$(DRILL_RUNS)' \
+	IDMINT_DRILL_HA=1 DRILL_MODES='$(DRILL_MODES)' DRILL_TAGS='$(DRILL_TAGS)' DRILL_REALISTIC_MODES='$(DRILL_REALISTIC_MODES)' DRILL_REPLICA='$(DRILL_REPLICA)' DRILL_RUNS='$(DRILL_RUNS)' \
 	DRILL_DOWN='$(DRILL_DOWN)' DRILL_LAG='$(DRILL_LAG)' DRILL_SERVE_ARGS='$(DRILL_SERVE_ARGS)' \
 	DRILL_EXPECT='$(DRILL_EXPECT)' DRILL_CONTROL='$(DRILL_CONTROL)' \
 	$(GO) test -count=1 -v -timeout 90m -run '^TestDrillHA$$' ./cmd/idmint
 	@if [ '$(DRILL_DEPLOY)' = 1 ]; then \
 		IDMINT_HA_DIR=$$(mktemp -u -d /tmp/idmint-ha-smoke.XXXXXX) deploy/ha/cluster.sh smoke; fi
+
+# drill-far measures GET /id of an instance next to PostgreSQL and of one
+# 150 ms away each way (toxiproxy), side by side under the same load, and
+# prints one "drill-far:" line with each p50/p99 and their ratio, e.g.
+# make drill-far FAR_DURATION=30s
+FAR_DURATION ?= 20s
+drill-far:
+	IDMINT_DRILL_FAR='$(FAR_DURATION)' $(GO) test -count=1 -v -timeout 10m -run '^TestDrillFar$$' ./internal/faults
 
 # drill-failover repeats the failover tests on real streaming replication
 # (a lagging asynchronous standby promoted, a disconnected one promoted after

@@ -20,8 +20,13 @@ type Config struct {
 	// Loader, Logger and Now are set by the allocator.
 	Segment segment.Config
 	// AttemptTimeout bounds one store call within a load (default 3s), so a
-	// hung connection leaves time to retry on another.
+	// hung connection leaves time to retry on another. With RoundTrip set it
+	// is the floor: a call gets RoundTrip.Timeout(AttemptTimeout).
 	AttemptTimeout time.Duration
+	// RoundTrip, when set, is the store's measured round trip (see
+	// Postgres.RoundTrip): the attempt timeout follows it, so a database a
+	// WAN away is given the time its round trips take.
+	RoundTrip *RoundTrip
 	// RetryMin and RetryMax bound the pause between attempts of one load
 	// (defaults 20ms and 1s), with full jitter.
 	RetryMin, RetryMax time.Duration
@@ -78,6 +83,10 @@ type Allocator struct {
 func New(cfg Config) *Allocator {
 	cfg.setDefaults()
 	a := &Allocator{cfg: cfg}
+	if cfg.RoundTrip != nil {
+		// A load is given the attempts its round trips need.
+		cfg.Segment.AdaptTimeout = a.loadTimeout
+	}
 	sc := segment.SetConfig{
 		Granter:    storeGranter{a},
 		Buffer:     cfg.Segment,

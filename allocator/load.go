@@ -80,7 +80,7 @@ func (g storeGranter) GiveBack(ctx context.Context, req segment.Request, r segme
 }
 
 func (a *Allocator) allocate(ctx context.Context, req Request) (Segment, error) {
-	ctx, cancel := context.WithTimeout(ctx, a.cfg.AttemptTimeout)
+	ctx, cancel := context.WithTimeout(ctx, a.attemptTimeout())
 	defer cancel()
 	seg, err := a.cfg.Store.Allocate(ctx, req)
 	if err == nil && (seg.RequestID != req.ID || seg.Tag != req.Tag) {
@@ -90,7 +90,7 @@ func (a *Allocator) allocate(ctx context.Context, req Request) (Segment, error) 
 }
 
 func (a *Allocator) lookup(ctx context.Context, id uuid.UUID) (Segment, error) {
-	ctx, cancel := context.WithTimeout(ctx, a.cfg.AttemptTimeout)
+	ctx, cancel := context.WithTimeout(ctx, a.attemptTimeout())
 	defer cancel()
 	return a.cfg.Store.Lookup(ctx, id)
 }

@@ -52,11 +52,22 @@ type TLSHealth struct {
 	ClientCertificates string `json:"client_certificates"`
 }
 
-// DatabaseHealth reports whether the store answered a ping.
+// DatabaseHealth reports whether the store answered a ping, and the round
+// trip the fetch and connect timeouts follow.
 type DatabaseHealth struct {
 	Reachable bool    `json:"reachable"`
 	LatencyMS float64 `json:"latency_ms"`
 	Error     string  `json:"error,omitempty"`
+	// RoundTripMS is the measured round trip to the database (a moving
+	// average; 0 when the store does not measure it).
+	RoundTripMS float64 `json:"round_trip_ms"`
+	// FetchTimeoutMS bounds one store call of a segment fetch:
+	// max(floor, 20 × round trip), at most 30 s.
+	FetchTimeoutMS float64 `json:"fetch_timeout_ms"`
+	// ConnectTimeoutMS bounds one connection attempt per host of a
+	// multi-host URL, by the same rule; absent when connects are not
+	// bounded so.
+	ConnectTimeoutMS float64 `json:"connect_timeout_ms,omitempty"`
 }
 
 // RangeJSON is a range of IDs; IDs are strings, as everywhere in the API.
@@ -167,7 +178,9 @@ func (s *Server) health(ctx context.Context, stats []segment.Stats, asked bool) 
 	if h.TLS.ClientCertificates == "" {
 		h.TLS.ClientCertificates = "off"
 	}
-	pingCtx, cancel := context.WithTimeout(ctx, s.cfg.PingTimeout)
+	// A ping that needs a new connection takes several round trips: a
+	// timeout fit for a nearby database would call a far one unreachable.
+	pingCtx, cancel := context.WithTimeout(ctx, s.cfg.Allocator.Timeout(s.cfg.PingTimeout))
 	start := s.cfg.Now()
 	err := s.cfg.Allocator.Ping(pingCtx)
 	cancel()
@@ -176,6 +189,8 @@ func (s *Server) health(ctx context.Context, stats []segment.Stats, asked bool) 
 	if err != nil {
 		h.Database.Error = "database unreachable"
 	}
+	rt := s.cfg.Allocator.RoundTrip()
+	h.Database.RoundTripMS, h.Database.FetchTimeoutMS, h.Database.ConnectTimeoutMS = ms(rt.RTT), ms(rt.FetchTimeout), ms(rt.ConnectTimeout)
 
 	h.Reasons = []string{}
 	reason := func(format string, args ...any) { h.Reasons = append(h.Reasons, fmt.Sprintf(format, args...)) }

@@ -45,6 +45,8 @@ func (f failingAllocator) GrantRange(_ context.Context, r allocator.RangeRequest
 func (f failingAllocator) GiveBackRange(_ context.Context, _ uuid.UUID, _ allocator.Holder, tag string, _, _ int64) (bool, error) {
 	return false, f.err(tag)
 }
+func (failingAllocator) RoundTrip() allocator.RoundTripStatus      { return allocator.RoundTripStatus{} }
+func (failingAllocator) Timeout(floor time.Duration) time.Duration { return floor }
 
 // failureLines reads the "request failed" lines of a JSON log: how many per
 // code, and the suppressed counts they report, added up per code.

@@ -165,6 +165,9 @@ type statsCollector struct {
 	pingTimeout time.Duration
 	perTag      []tagMetric
 	dbUp        *prometheus.Desc
+	// roundTrip, fetchTimeout and connectTimeout: the measured round trip
+	// and the timeouts that follow it.
+	roundTrip, fetchTimeout, connectTimeout *prometheus.Desc
 }
 
 // tagMetric is one per-tag metric and how to read it from Stats.
@@ -186,6 +189,11 @@ func newStatsCollector(a Allocator, pingTimeout time.Duration) *statsCollector {
 		alloc:       a,
 		pingTimeout: pingTimeout,
 		dbUp:        prometheus.NewDesc("idmint_database_up", "1 when the database answered a ping at scrape time, 0 when not.", nil, nil),
+		roundTrip:   prometheus.NewDesc("idmint_database_round_trip_seconds", "Measured round trip to the database (moving average; 0 when not measured).", nil, nil),
+		fetchTimeout: prometheus.NewDesc("idmint_fetch_timeout_seconds",
+			"Timeout of one store call of a segment fetch: max(floor, 20 x round trip), bounded above.", nil, nil),
+		connectTimeout: prometheus.NewDesc("idmint_connect_timeout_seconds",
+			"Timeout of one connection attempt per host of a multi-host URL, by the same rule (0: connects not bounded so).", nil, nil),
 		perTag: []tagMetric{
 			counter("idmint_ids_issued_total", "IDs handed out.", func(s segment.Stats) float64 { return float64(s.Issued) }),
 			counter("idmint_ids_abandoned_total", "IDs granted but never handed out (a gap).", func(s segment.Stats) float64 { return float64(s.Abandoned) }),
@@ -215,6 +223,9 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- m.desc
 	}
 	ch <- c.dbUp
+	ch <- c.roundTrip
+	ch <- c.fetchTimeout
+	ch <- c.connectTimeout
 }
 
 // Collect implements prometheus.Collector. Tags that never loaded a segment
@@ -229,9 +240,13 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(m.desc, m.typ, m.value(st), st.Tag)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.pingTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), c.alloc.Timeout(c.pingTimeout))
 	defer cancel()
 	ch <- prometheus.MustNewConstMetric(c.dbUp, prometheus.GaugeValue, boolFloat(c.alloc.Ping(ctx) == nil))
+	rt := c.alloc.RoundTrip()
+	ch <- prometheus.MustNewConstMetric(c.roundTrip, prometheus.GaugeValue, rt.RTT.Seconds())
+	ch <- prometheus.MustNewConstMetric(c.fetchTimeout, prometheus.GaugeValue, rt.FetchTimeout.Seconds())
+	ch <- prometheus.MustNewConstMetric(c.connectTimeout, prometheus.GaugeValue, rt.ConnectTimeout.Seconds())
 }
 
 // runwayHeldSeconds is Stats.RunwayHeld in seconds, +Inf for no rate.

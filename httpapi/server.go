@@ -24,6 +24,10 @@ type Allocator interface {
 	Ping(ctx context.Context) error
 	// SegmentGranter serves the range endpoints, /v1/segments.
 	SegmentGranter
+	// RoundTrip and Timeout: the database's measured round trip, and
+	// timeouts that follow it (allocator.RoundTrip).
+	RoundTrip() allocator.RoundTripStatus
+	Timeout(floor time.Duration) time.Duration
 }
 
 var _ Allocator = (*allocator.Allocator)(nil)

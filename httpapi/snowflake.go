@@ -123,17 +123,21 @@ type SnowflakeHealth struct {
 	Epoch            int64      `json:"epoch"`
 	LeaseRemainingMS float64    `json:"lease_remaining_ms"`
 	WindowEnd        *time.Time `json:"window_end"`
-	ClockOffsetMS    float64    `json:"clock_offset_ms"`
-	Issued           int64      `json:"ids_issued"`
-	SequenceWaits    int64      `json:"sequence_waits"`
-	ClockWaits       int64      `json:"clock_waits"`
-	Refused          int64      `json:"refused"`
-	RefusedBy        Refusals   `json:"refused_by"`
-	Acquisitions     int64      `json:"acquisitions"`
-	Renewals         int64      `json:"renewals"`
-	RenewFailures    int64      `json:"renew_failures"`
-	LeasesLost       int64      `json:"leases_lost"`
-	LastError        string     `json:"last_error,omitempty"`
+	// WindowRemainingMS is how long Snowflake IDs can still be issued
+	// without a renewal (0 when no window is held): during a database
+	// outage, the time left before requests get snowflake_lease_expired.
+	WindowRemainingMS float64  `json:"window_remaining_ms"`
+	ClockOffsetMS     float64  `json:"clock_offset_ms"`
+	Issued            int64    `json:"ids_issued"`
+	SequenceWaits     int64    `json:"sequence_waits"`
+	ClockWaits        int64    `json:"clock_waits"`
+	Refused           int64    `json:"refused"`
+	RefusedBy         Refusals `json:"refused_by"`
+	Acquisitions      int64    `json:"acquisitions"`
+	Renewals          int64    `json:"renewals"`
+	RenewFailures     int64    `json:"renew_failures"`
+	LeasesLost        int64    `json:"leases_lost"`
+	LastError         string   `json:"last_error,omitempty"`
 }
 
 // Refusals counts refused snowflake requests by reason.
@@ -147,17 +151,18 @@ type Refusals struct {
 
 func snowflakeHealth(st snowflake.Stats) SnowflakeHealth {
 	h := SnowflakeHealth{
-		Serving:          st.Serving == nil,
-		State:            "serving",
-		Layout:           st.Layout.String(),
-		Holder:           st.Holder,
-		Epoch:            st.Epoch,
-		LeaseRemainingMS: ms(st.LeaseRemaining),
-		ClockOffsetMS:    ms(st.ClockOffset),
-		Issued:           st.Issued,
-		SequenceWaits:    st.SequenceWaits,
-		ClockWaits:       st.ClockWaits,
-		Refused:          st.Refused(),
+		Serving:           st.Serving == nil,
+		State:             "serving",
+		Layout:            st.Layout.String(),
+		Holder:            st.Holder,
+		Epoch:             st.Epoch,
+		LeaseRemainingMS:  ms(st.LeaseRemaining),
+		WindowRemainingMS: ms(st.WindowRemaining),
+		ClockOffsetMS:     ms(st.ClockOffset),
+		Issued:            st.Issued,
+		SequenceWaits:     st.SequenceWaits,
+		ClockWaits:        st.ClockWaits,
+		Refused:           st.Refused(),
 		RefusedBy: Refusals{NoWorker: st.RefusedNoWorker, LeaseExpired: st.RefusedExpired, ClockSkew: st.RefusedSkew,
 			ClockBackward: st.RefusedBackwards, TimeExhausted: st.RefusedExhausted},
 		Acquisitions:  st.Acquisitions,
@@ -183,7 +188,7 @@ func snowflakeHealth(st snowflake.Stats) SnowflakeHealth {
 // snowflakeCollector turns the node's Stats into metrics when scraped.
 type snowflakeCollector struct {
 	node                                                    Snowflake
-	worker, epoch, remaining, offset, serving               *prometheus.Desc
+	worker, epoch, remaining, window, offset, serving       *prometheus.Desc
 	issued, seqWaits, clockWaits, refused, renewFails, lost *prometheus.Desc
 }
 
@@ -196,6 +201,7 @@ func newSnowflakeCollector(n Snowflake) *snowflakeCollector {
 		worker:     d("worker_id", "Worker ID leased by this instance; -1 when none."),
 		epoch:      d("lease_epoch", "Fencing epoch of the worker ID lease held."),
 		remaining:  d("lease_remaining_seconds", "Time left before the worker ID lease expires unless renewed."),
+		window:     d("window_remaining_seconds", "Time left before the lease window ends unless renewed: how long snowflake IDs can still be issued without the database."),
 		offset:     d("clock_offset_seconds", "The database's clock minus this instance's, at the last lease acquisition or renewal."),
 		serving:    d("serving", "1 when a snowflake ID can be issued now."),
 		issued:     d("ids_issued_total", "Snowflake IDs handed out."),
@@ -209,7 +215,7 @@ func newSnowflakeCollector(n Snowflake) *snowflakeCollector {
 
 // Describe implements prometheus.Collector.
 func (c *snowflakeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.worker, c.epoch, c.remaining, c.offset, c.serving, c.issued, c.seqWaits, c.clockWaits, c.refused, c.renewFails, c.lost} {
+	for _, d := range []*prometheus.Desc{c.worker, c.epoch, c.remaining, c.window, c.offset, c.serving, c.issued, c.seqWaits, c.clockWaits, c.refused, c.renewFails, c.lost} {
 		ch <- d
 	}
 }
@@ -224,6 +230,7 @@ func (c *snowflakeCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.worker, float64(st.Worker))
 	gauge(c.epoch, float64(st.Epoch))
 	gauge(c.remaining, st.LeaseRemaining.Seconds())
+	gauge(c.window, st.WindowRemaining.Seconds())
 	gauge(c.offset, st.ClockOffset.Seconds())
 	gauge(c.serving, boolFloat(st.Serving == nil))
 	counter(c.issued, st.Issued)

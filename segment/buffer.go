@@ -122,6 +122,10 @@ type Config struct {
 	MaxWait time.Duration
 	// LoadTimeout bounds one background load (default 10s).
 	LoadTimeout time.Duration
+	// AdaptTimeout, when set, gives the bound of each load, with
+	// LoadTimeout as its floor: a load from a database far away may take
+	// longer than a nearby one (the allocator follows the round trip).
+	AdaptTimeout func(floor time.Duration) time.Duration
 	// MinBackoff and MaxBackoff bound the pause after a failed load
 	// (defaults 100ms and 5s); during it callers with nothing to serve fail
 	// fast instead of piling onto a failing database.
@@ -717,7 +721,11 @@ func (b *Buffer) issuedLocked() int64 {
 // load runs one Loader call and installs its result.
 func (b *Buffer) load(size int64, done chan struct{}) {
 	defer b.wg.Done()
-	ctx, cancel := context.WithTimeout(b.ctx, b.cfg.LoadTimeout)
+	timeout := b.cfg.LoadTimeout
+	if b.cfg.AdaptTimeout != nil {
+		timeout = b.cfg.AdaptTimeout(timeout)
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, timeout)
 	start := b.cfg.Now()
 	g, err := b.cfg.Loader.Load(ctx, size)
 	cancel()

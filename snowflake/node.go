@@ -192,6 +192,12 @@ func (n *Node) holding() bool {
 
 // acquire tries to lease a worker ID and returns when to act next.
 func (n *Node) acquire(ctx context.Context) time.Duration {
+	wait, _ := n.tryAcquire(ctx)
+	return wait
+}
+
+// tryAcquire is acquire that also says whether a lease was taken.
+func (n *Node) tryAcquire(ctx context.Context) (time.Duration, bool) {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.RenewEvery)
 	defer cancel()
 	sent := n.cfg.Clock.Now()
@@ -206,19 +212,23 @@ func (n *Node) acquire(ctx context.Context) time.Duration {
 			n.cfg.Logger.Warn("snowflake: no worker id leased; serving no snowflake ids, retrying", "every", n.cfg.RenewEvery, "err", err)
 		}
 		n.lastErr = err
-		return n.cfg.RenewEvery
+		return n.cfg.RenewEvery, false
 	}
 	n.acquisitions++
 	n.lease = &l
 	n.cfg.Logger.Info("snowflake: worker id leased", "worker_id", l.Worker, "epoch", l.Epoch, "ttl", n.cfg.TTL)
-	return n.installLocked(l, sent, got)
+	return n.installLocked(l, sent, got), true
 }
 
 // renew renews the lease held and returns when to act next.
 func (n *Node) renew(ctx context.Context) time.Duration {
 	n.mu.Lock()
 	held := *n.lease
+	ended := !n.cfg.Clock.Now().Before(n.localExpiry.Add(-n.cfg.Margin))
 	n.mu.Unlock()
+	if ended {
+		return n.restart(ctx, held)
+	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.RenewEvery)
 	defer cancel()
 	sent := n.cfg.Clock.Now()
@@ -228,11 +238,7 @@ func (n *Node) renew(ctx context.Context) time.Duration {
 	defer n.mu.Unlock()
 	switch {
 	case errors.Is(err, ErrLeaseLost):
-		n.gen.Revoke()
-		n.lease, n.lastErr = nil, err
-		n.lost++
-		n.cfg.Logger.Error("snowflake: worker lease lost to another instance; leasing another", "worker_id", held.Worker, "epoch", held.Epoch)
-		return 0
+		return n.lostLocked(held, err)
 	case err != nil:
 		n.renewFails++
 		n.lastErr = err
@@ -243,6 +249,49 @@ func (n *Node) renew(ctx context.Context) time.Duration {
 	n.renewals++
 	n.lease = &l
 	return n.installLocked(l, sent, got)
+}
+
+// lostLocked forgets a lease found taken over, and returns when to lease
+// another.
+func (n *Node) lostLocked(held Lease, err error) time.Duration {
+	n.gen.Revoke()
+	n.lease, n.lastErr = nil, err
+	n.lost++
+	n.cfg.Logger.Error("snowflake: worker lease lost to another instance; leasing another", "worker_id", held.Worker, "epoch", held.Epoch)
+	return 0
+}
+
+// restart ends a lease whose window ended unrenewed (the database was
+// away): it is not extended, so that every window is one epoch and a break
+// shows. It is released, recording the last millisecond used, and a new
+// lease is taken at once, under a new epoch that starts after it; until
+// then requests get ErrLeaseExpired. A lease taken over meanwhile is lost,
+// as a renewal would find.
+func (n *Node) restart(ctx context.Context, held Lease) time.Duration {
+	rctx, cancel := context.WithTimeout(ctx, n.cfg.RenewEvery)
+	err := n.cfg.Store.Release(rctx, held, n.gen.Stats().LastMillis)
+	cancel()
+	if err != nil {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if errors.Is(err, ErrLeaseLost) {
+			return n.lostLocked(held, err)
+		}
+		n.renewFails++
+		n.lastErr = err
+		n.cfg.Logger.Warn("snowflake: lease window ended unrenewed; serving no snowflake ids until the database answers", "worker_id", held.Worker, "err", err)
+		return n.cfg.RenewEvery / 2
+	}
+	n.cfg.Logger.Warn("snowflake: lease window ended unrenewed; released, leasing again under a new epoch", "worker_id", held.Worker, "epoch", held.Epoch)
+	wait, ok := n.tryAcquire(ctx)
+	if !ok {
+		// No new lease, and the old one is released: nothing is held.
+		n.mu.Lock()
+		n.gen.Revoke()
+		n.lease = nil
+		n.mu.Unlock()
+	}
+	return wait
 }
 
 // installLocked hands the lease's window to the generator, and suspends the
@@ -372,6 +421,11 @@ type Stats struct {
 	// LeaseRemaining is the time left before the lease expires, by the
 	// clock; zero when none is held.
 	LeaseRemaining time.Duration
+	// WindowRemaining is how long IDs can still be issued without a
+	// renewal: the time left before the window ends (a margin before the
+	// lease expires), by the clock; zero when no window is held. While the
+	// database is away it counts down to the first refusal.
+	WindowRemaining time.Duration
 	// ClockOffset is the database's clock minus this instance's, measured
 	// at the last acquisition or renewal.
 	ClockOffset time.Duration
@@ -390,6 +444,12 @@ func (n *Node) Stats() Stats {
 	if n.lease != nil {
 		s.Worker, s.Epoch = n.lease.Worker, n.lease.Epoch
 		s.LeaseRemaining = max(n.localExpiry.Sub(now), 0)
+	}
+	if w := s.Window; s.Held {
+		// The window ends at its deadline or after its last millisecond,
+		// whichever comes first (see Generator.Next).
+		byEnd := time.UnixMilli(w.End + 1).Sub(now)
+		s.WindowRemaining = max(min(w.Deadline.Sub(now), byEnd), 0)
 	}
 	s.ClockOffset = n.offset
 	s.Acquisitions, s.Renewals, s.RenewFailures, s.Losses = n.acquisitions, n.renewals, n.renewFails, n.lost

@@ -17,7 +17,8 @@ var _ allocator.Store = (*Store)(nil)
 // by request ID.
 type Store struct {
 	pool *pgxpool.Pool
-	repl *replicator // confirms grants on the standbys before they are served
+	repl *replicator          // confirms grants on the standbys before they are served
+	rtt  *allocator.RoundTrip // measured on the pool's connections; nil over a given pool
 }
 
 // Open connects to PostgreSQL. The pool's own settings come from the
@@ -34,12 +35,19 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	// hand them out again.
 	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
 	followFailover(cfg)
+	rtt := allocator.NewRoundTrip(0, 0)
+	measureRoundTrips(cfg, rtt)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect to postgres: %w", err)
 	}
-	return &Store{pool: pool, repl: newReplicator(DefaultReplication)}, nil
+	return &Store{pool: pool, repl: newReplicator(DefaultReplication), rtt: rtt}, nil
 }
+
+// RoundTrip returns the store's measured round trip, for
+// allocator.Config.RoundTrip (nil for a store made by New: its pool's
+// connections are not measured).
+func (p *Store) RoundTrip() *allocator.RoundTrip { return p.rtt }
 
 // New returns a Store over an existing pool. Allocations pin
 // synchronous_commit=on in their own transaction, so the pool's settings

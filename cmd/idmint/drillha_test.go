@@ -28,17 +28,23 @@ import (
 // The failover drill's shape: load before the crash, load after the
 // promotion, clients per idmint instance.
 const (
-	haBefore     = 5 * time.Second
-	haAfter      = 10 * time.Second
-	haClients    = 4
-	haTag        = "order"
-	haStep       = "50" // step = max_step: a grant every 50 IDs
-	haRunTimeout = 4 * time.Minute
+	haBefore  = 5 * time.Second
+	haAfter   = 10 * time.Second
+	haClients = 4
+	haTag     = "order"
+	haStep    = "50" // step = max_step: a grant every 50 IDs
+	// haRealisticStep is DRILL_TAGS=realistic's step = max_step: sized for
+	// the load (a few thousand IDs a second per instance), so that one
+	// segment outlasts the 10–11 s a failover takes several times over, as
+	// a tag's step should in production.
+	haRealisticStep = "200000"
+	haRunTimeout    = 4 * time.Minute
 )
 
 // haResult is one run of the failover drill.
 type haResult struct {
 	mode            string
+	tags            string // DRILL_TAGS: tiny (a grant every 50 IDs) or realistic
 	replica         string // what happened to the replica before the crash: stall or disconnect
 	control         bool   // a negative control: the wait off, duplicates expected
 	run             int
@@ -92,6 +98,12 @@ type haResult struct {
 // the control would pass or fail by chance. DRILL_CONTROL=1 (make drill-ha's
 // default) adds one such run after the others.
 //
+// DRILL_TAGS (default tiny; make drill-ha runs "tiny realistic") picks the
+// tag of the runs: tiny is the above; realistic has a step sized for the
+// load (haRealisticStep), so that the buffers outlast the failover, and a
+// run fails on any 503 or unanswered request as well; its runs use the modes
+// of DRILL_REALISTIC_MODES (default DRILL_MODES).
+//
 // It runs with IDMINT_DRILL_HA=1; DRILL_MODES (default "sync async": Patroni's
 // synchronous_mode on or off), DRILL_REPLICA (default disconnect; a list runs
 // each), DRILL_RUNS (runs per mode and variant, default 1), DRILL_DOWN,
@@ -102,6 +114,17 @@ func TestDrillHA(t *testing.T) {
 		pgtest.SkipOptional(t, "set IDMINT_DRILL_HA=1 to run the failover drill (make drill-ha; needs patroni, etcd and the PostgreSQL server binaries)")
 	}
 	modes := envList("DRILL_MODES", "sync async")
+	tagSets := envList("DRILL_TAGS", "tiny")
+	for _, m := range envList("DRILL_REALISTIC_MODES", "async") {
+		if m != "sync" && m != "async" {
+			t.Fatalf("DRILL_REALISTIC_MODES: unknown mode %q, want sync or async", m)
+		}
+	}
+	for _, ts := range tagSets {
+		if ts != "tiny" && ts != "realistic" {
+			t.Fatalf("DRILL_TAGS: unknown %q, want tiny or realistic", ts)
+		}
+	}
 	variants := envList("DRILL_REPLICA", "disconnect")
 	runs, err := strconv.Atoi(envOr("DRILL_RUNS", "1"))
 	if err != nil || runs < 1 {
@@ -154,17 +177,25 @@ func TestDrillHA(t *testing.T) {
 				if !t.Failed() {
 					r.verdict = "ok"
 				}
-				fmt.Printf("drill-ha: mode=%s replica=%s run=%d serve=%q expect=%s ids=%d duplicates=%d lost=%d 503s=%d no-answer=%d ids-again-after=%v verdict=%s\n",
-					r.mode, r.replica, r.run, strings.Join(cfg.serveArgs, " "), cfg.expect(), r.ids, r.duplicates, r.lost,
+				fmt.Printf("drill-ha: mode=%s tags=%s replica=%s run=%d serve=%q expect=%s ids=%d duplicates=%d lost=%d 503s=%d no-answer=%d ids-again-after=%v verdict=%s\n",
+					r.mode, r.tags, r.replica, r.run, strings.Join(cfg.serveArgs, " "), cfg.expect(), r.ids, r.duplicates, r.lost,
 					r.unavailable, r.noAnswer, r.resumed.Round(100*time.Millisecond), r.verdict)
 			}()
 			drillHA(ctx, t, bin, r, cfg)
 		})
 	}
-	for _, mode := range modes {
-		for _, variant := range variants {
-			for i := 1; i <= runs && ctx.Err() == nil; i++ {
-				run(fmt.Sprintf("%s-%s-%d", mode, variant, i), &haResult{mode: mode, replica: variant, run: i, verdict: "FAIL"}, cfg)
+	for _, ts := range tagSets {
+		tcfg := cfg
+		tcfg.realistic = ts == "realistic"
+		tsModes := modes
+		if tcfg.realistic {
+			tsModes = envList("DRILL_REALISTIC_MODES", strings.Join(modes, " "))
+		}
+		for _, mode := range tsModes {
+			for _, variant := range variants {
+				for i := 1; i <= runs && ctx.Err() == nil; i++ {
+					run(fmt.Sprintf("%s-%s-%s-%d", ts, mode, variant, i), &haResult{mode: mode, tags: ts, replica: variant, run: i, verdict: "FAIL"}, tcfg)
+				}
 			}
 		}
 	}
@@ -174,20 +205,20 @@ func TestDrillHA(t *testing.T) {
 		control := cfg
 		control.serveArgs = append(slices.Clone(cfg.serveArgs), "--replicas-required", "off")
 		control.expectDuplicates, control.restart = true, true
-		run("control-async-disconnect", &haResult{mode: "async", replica: "disconnect", run: 1, verdict: "FAIL", control: true}, control)
+		run("control-async-disconnect", &haResult{mode: "async", tags: "tiny", replica: "disconnect", run: 1, verdict: "FAIL", control: true}, control)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "failover drill, replica disconnected %v or stalled %v before the crash, deployment flags %q, serve flags %q, expect %s:\n",
 		cfg.down, cfg.lag, strings.Join(cfg.deployArgs, " "), strings.Join(cfg.serveArgs, " "), cfg.expect())
-	fmt.Fprintf(&b, "%-7s %-10s %3s %8s %10s %6s %6s %10s %10s %6s %9s %9s %8s %s\n",
-		"mode", "replica", "run", "ids", "duplicates", "order", "lost", "no-id-any", "no-id-max", "503s", "no-answer", "ids-again", "time", "verdict")
+	fmt.Fprintf(&b, "%-7s %-9s %-10s %3s %8s %10s %6s %6s %10s %10s %6s %9s %9s %8s %s\n",
+		"mode", "tags", "replica", "run", "ids", "duplicates", "order", "lost", "no-id-any", "no-id-max", "503s", "no-answer", "ids-again", "time", "verdict")
 	for _, r := range results {
 		mode := r.mode
 		if r.control {
 			mode += "*"
 		}
-		fmt.Fprintf(&b, "%-7s %-10s %3d %8d %10d %6d %6d %10v %10v %6d %9d %9v %8v %s\n",
-			mode, r.replica, r.run, r.ids, r.duplicates, r.orderViolations, r.lost,
+		fmt.Fprintf(&b, "%-7s %-9s %-10s %3d %8d %10d %6d %6d %10v %10v %6d %9d %9v %8v %s\n",
+			mode, r.tags, r.replica, r.run, r.ids, r.duplicates, r.orderViolations, r.lost,
 			r.window.Round(100*time.Millisecond), r.worst.Round(100*time.Millisecond),
 			r.unavailable, r.noAnswer, r.resumed.Round(100*time.Millisecond), r.elapsed.Round(time.Second), r.verdict)
 	}
@@ -204,6 +235,7 @@ type haConfig struct {
 	serveArgs        []string      // DRILL_SERVE_ARGS
 	deployArgs       []string      // deploy/ha/idmint.env as flags
 	expectDuplicates bool          // DRILL_EXPECT=duplicates: a negative control
+	realistic        bool          // DRILL_TAGS=realistic: steps sized for the load, 0 errors required
 	restart          bool          // the first instances killed with the leader, started after the promotion
 }
 
@@ -300,7 +332,11 @@ func drillHA(ctx context.Context, t *testing.T, bin string, r *haResult, cfg haC
 	}
 	url := c.URL()
 	idmint(t, "migrate", "--database-url", url)
-	idmint(t, "tag", "create", haTag, "--step", haStep, "--max-step", haStep, "--database-url", url)
+	step := haStep
+	if cfg.realistic {
+		step = haRealisticStep
+	}
+	idmint(t, "tag", "create", haTag, "--step", step, "--max-step", step, "--database-url", url)
 
 	dir := t.TempDir()
 	var procs []*process
@@ -396,6 +432,10 @@ func drillHA(ctx context.Context, t *testing.T, bin string, r *haResult, cfg haC
 	}
 	r.resumed = flow.resumedAfter(crashed)
 	checkHA(t, c, d, procs, promotedAt, r, cfg.expectDuplicates)
+	if cfg.realistic && (r.unavailable > 0 || r.noAnswer > 0) {
+		// Buffers that outlast the failover carry every caller through it.
+		t.Errorf("steps sized for the load: %d 503s and %d requests without an answer during the failover, want none", r.unavailable, r.noAnswer)
+	}
 }
 
 // breakReplica makes the replica fall behind the leader as r.replica says,

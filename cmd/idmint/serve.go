@@ -201,8 +201,12 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) 
 	}
 	// Grants wait for the standbys of a PostgreSQL primary; a SQLite file
 	// has none.
-	var replication httpapi.ReplicationSource
+	var (
+		replication httpapi.ReplicationSource
+		roundTrip   *allocator.RoundTrip
+	)
 	if pg, ok := store.store.(*postgres.Store); ok {
+		roundTrip = pg.RoundTrip()
 		c.replication.Logger = logger
 		pg.SetReplication(c.replication)
 		replication = pg
@@ -216,6 +220,8 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) 
 		Instance:     c.instance,
 		Logger:       logger,
 		LogRetention: c.pruneAfter,
+		// Fetch timeouts follow the measured round trip (at least 3 s).
+		RoundTrip: roundTrip,
 		Segment: segment.Config{
 			Period:      c.period,
 			Threshold:   c.threshold,

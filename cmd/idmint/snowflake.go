@@ -36,7 +36,7 @@ func (c *snowflakeConfig) registerLayout(fs *flag.FlagSet) {
 func (c *snowflakeConfig) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.enabled, "snowflake", true, "serve /snowflake: time-ordered ids with a worker id leased from the database")
 	c.registerLayout(fs)
-	fs.DurationVar(&c.ttl, "snowflake-lease-ttl", time.Minute, "how long a worker id lease lasts unrenewed: the database outage snowflake ids ride through")
+	fs.DurationVar(&c.ttl, "snowflake-lease-ttl", time.Minute, "how long a worker id lease lasts unrenewed: snowflake ids ride through a database outage of ttl - margin - renew interval; to cover a runway, ttl >= runway + margin + renew interval")
 	fs.DurationVar(&c.renewEvery, "snowflake-renew-every", 0, "how often the lease is renewed (default ttl/6)")
 	fs.DurationVar(&c.margin, "snowflake-margin", time.Second, "safety margin between lease windows, and the largest clock difference with the database tolerated")
 	fs.DurationVar(&c.maxWait, "snowflake-max-wait", 0, "longest a request waits for a clock that went backwards (default the margin)")
