@@ -106,7 +106,7 @@ func TestServer_BadBodies(t *testing.T) {
 	if err := json.Unmarshal(body, &list); err != nil || s != 200 {
 		t.Fatalf("list: %d %s", s, body)
 	}
-	if len(list.Tags) != 1 || list.Tags[0] != (httpapi.TagJSON{Tag: "order", Step: 10}) {
+	if len(list.Tags) != 1 || list.Tags[0] != (httpapi.TagJSON{Tag: "order", Step: 10, MaxStep: 1_000_000}) {
 		t.Fatalf("after the bad bodies: %+v", list.Tags)
 	}
 }
