@@ -15,8 +15,13 @@ import (
 	"github.com/idmint/idmint/internal/tagname"
 )
 
-// ErrUnknown means no token has the ID given.
-var ErrUnknown = errors.New("unknown token")
+var (
+	// ErrUnknown means no token has the ID given.
+	ErrUnknown = errors.New("unknown token")
+	// ErrInvalid means a token's settings (name, scopes, rate) are out of
+	// bounds: New, ValidateScope and ValidateRate wrap it.
+	ErrInvalid = errors.New("invalid token settings")
+)
 
 // Token is a bearer token as stored: its public ID, a name for people, its
 // scopes and the SHA-256 of its secret. The secret itself is shown once, by
@@ -62,10 +67,10 @@ var idEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 // once and stored only as a hash.
 func New(name string, scopes []string) (Token, string, error) {
 	if n := len(name); n < 1 || n > 100 {
-		return Token{}, "", fmt.Errorf("token name: %d bytes, want 1 to 100", n)
+		return Token{}, "", fmt.Errorf("%w: token name: %d bytes, want 1 to 100", ErrInvalid, n)
 	}
 	if len(scopes) == 0 {
-		return Token{}, "", errors.New("token: give at least one scope (admin, monitor, ids, ids:TAG or ids:PREFIX*)")
+		return Token{}, "", fmt.Errorf("%w: give at least one scope (admin, monitor, ids, ids:TAG or ids:PREFIX*)", ErrInvalid)
 	}
 	for _, s := range scopes {
 		if err := ValidateScope(s); err != nil {
@@ -127,7 +132,7 @@ func ValidateScope(s string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("scope %q: want admin, monitor, ids, ids:TAG or ids:PREFIX*", tagname.Truncate(s, 80))
+	return fmt.Errorf("%w: scope %q: want admin, monitor, ids, ids:TAG or ids:PREFIX*", ErrInvalid, tagname.Truncate(s, 80))
 }
 
 // MaxRate is the largest IDsPerSecond a token may have.
@@ -139,7 +144,7 @@ func ValidateRate(r float64) error {
 	if r == 0 || (r > 0 && r <= MaxRate) {
 		return nil
 	}
-	return fmt.Errorf("token rate %v: want 0 (the instance's bound) or more than 0 up to %g IDs per second", r, MaxRate)
+	return fmt.Errorf("%w: token rate %v: want 0 (the instance's bound) or more than 0 up to %g IDs per second", ErrInvalid, r, MaxRate)
 }
 
 // NotFound returns the error a store's RevokeToken gives for an unknown
