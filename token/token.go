@@ -66,16 +66,8 @@ var idEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 // returns it with the bearer string to hand to its user, which is shown
 // once and stored only as a hash.
 func New(name string, scopes []string) (Token, string, error) {
-	if n := len(name); n < 1 || n > 100 {
-		return Token{}, "", fmt.Errorf("%w: token name: %d bytes, want 1 to 100", ErrInvalid, n)
-	}
-	if len(scopes) == 0 {
-		return Token{}, "", fmt.Errorf("%w: give at least one scope (admin, monitor, ids, ids:TAG or ids:PREFIX*)", ErrInvalid)
-	}
-	for _, s := range scopes {
-		if err := ValidateScope(s); err != nil {
-			return Token{}, "", err
-		}
+	if err := Validate(name, scopes); err != nil {
+		return Token{}, "", err
 	}
 	var raw [10 + 32]byte
 	if _, err := rand.Read(raw[:]); err != nil {
@@ -85,6 +77,23 @@ func New(name string, scopes []string) (Token, string, error) {
 	secret := base64.RawURLEncoding.EncodeToString(raw[10:])
 	hash := sha256.Sum256([]byte(secret))
 	return Token{ID: id, Name: name, Scopes: scopes, Hash: hash[:]}, prefix + id + "_" + secret, nil
+}
+
+// Validate reports whether New takes name and scopes: a name of 1 to 100
+// bytes, at least one scope, each one ValidateScope takes.
+func Validate(name string, scopes []string) error {
+	if n := len(name); n < 1 || n > 100 {
+		return fmt.Errorf("%w: token name: %d bytes, want 1 to 100", ErrInvalid, n)
+	}
+	if len(scopes) == 0 {
+		return fmt.Errorf("%w: give at least one scope (admin, monitor, ids, ids:TAG or ids:PREFIX*)", ErrInvalid)
+	}
+	for _, s := range scopes {
+		if err := ValidateScope(s); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Parse splits a bearer string into its ID and secret. It looks only
