@@ -71,7 +71,8 @@ type Config struct {
 	// Admin, when set, serves the admin API under /v1/tags (admin.go).
 	Admin TagAdmin
 	// TokenAdmin, when set, serves the token admin API under /v1/tokens
-	// (tokens.go); every allocator.Store is one.
+	// (tokens.go): the store Auth.Tokens reads; every allocator.Store is
+	// one.
 	TokenAdmin token.Store
 	// TLS is what /id/health says of the listener; the listener itself is
 	// the caller's (idmint serve --tls-cert).
