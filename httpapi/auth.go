@@ -175,6 +175,29 @@ type authenticator struct {
 
 	set atomic.Pointer[tokenSet]
 	mu  sync.Mutex // held by the request reading the tokens
+	// revokedHere holds the IDs of the tokens revoked through this
+	// instance's admin API (string → struct{}): refused at once, whatever
+	// the copy says and whether or not the store can be read.
+	revokedHere sync.Map
+}
+
+// revoke refuses the token id from now on (see revokedHere).
+func (a *authenticator) revoke(id string) { a.revokedHere.Store(id, struct{}{}) }
+
+// expire makes the next request read the tokens again, as after a
+// refresh interval: a token just created works at once.
+func (a *authenticator) expire() {
+	for {
+		s := a.set.Load()
+		if s == nil {
+			return
+		}
+		next := *s
+		next.at = time.Time{}
+		if a.set.CompareAndSwap(s, &next) {
+			return
+		}
+	}
 }
 
 // current returns the token set, reading it first if it is older than
@@ -261,6 +284,9 @@ func (a *authenticator) check(ctx context.Context, raw string) (*principal, *api
 		return nil, unauthorized("invalid_token", "malformed bearer token")
 	}
 	if a == nil || a.src == nil {
+		return nil, unauthorized("invalid_token", "invalid or revoked bearer token")
+	}
+	if _, revoked := a.revokedHere.Load(id); revoked {
 		return nil, unauthorized("invalid_token", "invalid or revoked bearer token")
 	}
 	set := a.current(ctx)

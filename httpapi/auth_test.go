@@ -74,6 +74,13 @@ type tokenInstance struct {
 
 func newTokenInstance(t *testing.T, store adminStore, auth httpapi.AuthConfig, limits httpapi.Limits) *tokenInstance {
 	t.Helper()
+	return newTokenInstanceWith(t, store, auth, limits, nil)
+}
+
+// newTokenInstanceWith is newTokenInstance with the config changed by
+// edit (nil: as is) before the server is made.
+func newTokenInstanceWith(t *testing.T, store adminStore, auth httpapi.AuthConfig, limits httpapi.Limits, edit func(*httpapi.Config)) *tokenInstance {
+	t.Helper()
 	metrics := httpapi.NewMetrics()
 	a := allocator.New(allocator.Config{
 		Store: store, Instance: "auth", Logger: quiet(), CatalogInterval: 100 * time.Millisecond,
@@ -82,10 +89,14 @@ func newTokenInstance(t *testing.T, store adminStore, auth httpapi.AuthConfig, l
 	t.Cleanup(func() { a.Close(context.Background()) })
 	auth.Tokens = store
 	auth.Refresh = 50 * time.Millisecond
-	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{
+	cfg := httpapi.Config{
 		Allocator: a, Instance: "auth", Logger: quiet(), Metrics: metrics, MaxCount: 1000,
-		Auth: auth, Limits: limits, Admin: store,
-	})))
+		Auth: auth, Limits: limits, Admin: store, TokenAdmin: store,
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	srv := validated(httptest.NewServer(httpapi.NewServer(cfg)))
 	t.Cleanup(srv.Close)
 	return &tokenInstance{srv: srv, store: store, metrics: metrics}
 }

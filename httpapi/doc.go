@@ -9,6 +9,7 @@
 //	POST /v1/segments/giveback         the unused tail of such a range (see wire.GiveBackRequest)
 //	GET /openapi.yaml                  the OpenAPI 3 document of every route
 //	/v1/tags…                          the admin API (admin.go), admin token only
+//	/v1/tokens…                        the token admin API (tokens.go), admin token only
 //
 // Access (auth.go): the ID routes are open or need a bearer token whose
 // scope covers the tag (AuthConfig.IDs); the admin routes always need an

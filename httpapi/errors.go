@@ -14,6 +14,7 @@ import (
 	"github.com/idmint/idmint/internal/redact"
 	"github.com/idmint/idmint/segment"
 	"github.com/idmint/idmint/snowflake"
+	"github.com/idmint/idmint/token"
 	"github.com/idmint/idmint/wire"
 )
 
@@ -41,6 +42,7 @@ const (
 	CodeUnauthorized          = wire.CodeUnauthorized
 	CodeForbidden             = wire.CodeForbidden
 	CodeUnknownTag            = wire.CodeUnknownTag
+	CodeUnknownToken          = wire.CodeUnknownToken
 	CodeNotFound              = wire.CodeNotFound
 	CodeMethod                = wire.CodeMethod
 	CodeRequestConflict       = wire.CodeRequestConflict
@@ -136,6 +138,8 @@ var errorTable = []errorRule{
 	{err: allocator.ErrExists, code: CodeTagExists, status: http.StatusConflict, when: "admin API: the tag exists"},
 	{err: allocator.ErrNotRaised, code: CodeNotRaised, status: http.StatusConflict, when: "admin API: a bump that would not raise `max_id`; nothing changed"},
 	{err: allocator.ErrInvalidSpec, code: CodeInvalidSpec, status: http.StatusBadRequest, when: "admin API: tag settings out of bounds"},
+	{err: token.ErrInvalid, code: CodeInvalidSpec, status: http.StatusBadRequest, when: "admin API: token settings out of bounds (name of 1-100 bytes, at least one valid scope, `ids_per_second` 0 or up to 10^12); nothing stored"},
+	{err: token.ErrUnknown, code: CodeUnknownToken, status: http.StatusNotFound, when: "admin API: no token has this ID"},
 	{err: snowflake.ErrInvalidID, code: CodeInvalidID, status: http.StatusBadRequest, when: "`/snowflake/parse`: an `id` that is not a snowflake of this layout"},
 	{err: snowflake.ErrNoWorker, code: CodeSnowflakeNoWorker, status: http.StatusServiceUnavailable, retry: retryFixed,
 		message: "no snowflake ids from this instance: it holds no worker id (every worker id is leased by another instance, or the database cannot be reached); it keeps trying. Segment ids (/id) are not affected",

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/token"
 )
 
 // Allocator is what the API needs from an allocator.Allocator.
@@ -69,6 +70,10 @@ type Config struct {
 	Limits Limits
 	// Admin, when set, serves the admin API under /v1/tags (admin.go).
 	Admin TagAdmin
+	// TokenAdmin, when set, serves the token admin API under /v1/tokens
+	// (tokens.go): the store Auth.Tokens reads; every allocator.Store is
+	// one.
+	TokenAdmin token.Store
 	// TLS is what /id/health says of the listener; the listener itself is
 	// the caller's (idmint serve --tls-cert).
 	TLS TLSHealth
@@ -155,6 +160,7 @@ func NewServer(cfg Config) *Server {
 	r.Method(http.MethodGet, "/metrics", s.monitoring(cfg.Metrics.handler()))
 	r.Get("/openapi.yaml", handleOpenAPI)
 	s.mountAdmin(r)
+	s.mountTokens(r)
 	s.mountStandbys(r)
 	if cfg.Snowflake != nil {
 		s.mountSnowflake(r)

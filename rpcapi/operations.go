@@ -31,6 +31,9 @@ var operations = []operation{
 	{idmintv1connect.AdminServiceGetTagProcedure, http.MethodGet, "/v1/tags/{biz_tag}"},
 	{idmintv1connect.AdminServiceUpdateTagProcedure, http.MethodPatch, "/v1/tags/{biz_tag}"},
 	{idmintv1connect.AdminServiceBumpTagProcedure, http.MethodPost, "/v1/tags/{biz_tag}/bump"},
+	{idmintv1connect.AdminServiceListTokensProcedure, http.MethodGet, "/v1/tokens"},
+	{idmintv1connect.AdminServiceCreateTokenProcedure, http.MethodPost, "/v1/tokens"},
+	{idmintv1connect.AdminServiceRevokeTokenProcedure, http.MethodDelete, "/v1/tokens/{id}"},
 	{idmintv1connect.AdminServiceListStandbysProcedure, http.MethodGet, "/v1/standbys"},
 	{idmintv1connect.AdminServiceForgetStandbyProcedure, http.MethodDelete, "/v1/standbys/{name}"},
 }

@@ -220,7 +220,7 @@ func (h snowflakes) ParseSnowflake(ctx context.Context, req *connect.Request[idm
 	return connect.NewResponse(out), nil
 }
 
-// admin serves AdminService: /v1/tags and /v1/standbys.
+// admin serves AdminService: /v1/tags, /v1/tokens and /v1/standbys.
 type admin struct{ s *Service }
 
 func tagPath(tag string) string { return "/v1/tags/" + url.PathEscape(tag) }
@@ -303,6 +303,36 @@ func (h admin) BumpTag(ctx context.Context, req *connect.Request[idmintv1.BumpTa
 		return nil, err
 	}
 	return connect.NewResponse(&idmintv1.BumpTagResponse{Tag: t}), nil
+}
+
+func (h admin) ListTokens(ctx context.Context, req *connect.Request[idmintv1.ListTokensRequest]) (*connect.Response[idmintv1.ListTokensResponse], error) {
+	out := new(idmintv1.ListTokensResponse)
+	if err := h.s.gw.call(ctx, callerOf(req), http.MethodGet, "/v1/tokens", nil, decodeInto(out)); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (h admin) CreateToken(ctx context.Context, req *connect.Request[idmintv1.CreateTokenRequest]) (*connect.Response[idmintv1.CreateTokenResponse], error) {
+	m := req.Msg
+	body, err := json.Marshal(httpapi.CreateTokenRequest{Name: m.GetName(), Scopes: m.GetScopes(), IDsPerSecond: m.GetIdsPerSecond()})
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInternal, err)
+	}
+	out := new(idmintv1.CreateTokenResponse)
+	if err := h.s.gw.call(ctx, callerOf(req), http.MethodPost, "/v1/tokens", body, decodeInto(out)); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (h admin) RevokeToken(ctx context.Context, req *connect.Request[idmintv1.RevokeTokenRequest]) (*connect.Response[idmintv1.RevokeTokenResponse], error) {
+	t := new(idmintv1.Token)
+	target := "/v1/tokens/" + url.PathEscape(req.Msg.GetId())
+	if err := h.s.gw.call(ctx, callerOf(req), http.MethodDelete, target, nil, decodeInto(t)); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&idmintv1.RevokeTokenResponse{Token: t}), nil
 }
 
 func (h admin) ListStandbys(ctx context.Context, req *connect.Request[idmintv1.ListStandbysRequest]) (*connect.Response[idmintv1.ListStandbysResponse], error) {

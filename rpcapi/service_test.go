@@ -65,7 +65,7 @@ func newFixture(tb testing.TB, mode httpapi.AuthMode) *fixture {
 	f.alloc = allocator.New(allocator.Config{Store: m, Logger: quiet(), Instance: "test"})
 	tb.Cleanup(func() { f.alloc.Close(context.Background()) })
 	f.down = new(atomic.Bool)
-	srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: pingable{f.alloc, f.down}, Logger: quiet(), Admin: m,
+	srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: pingable{f.alloc, f.down}, Logger: quiet(), Admin: m, TokenAdmin: m,
 		Auth: httpapi.AuthConfig{Tokens: m, IDs: mode}, RPC: rpcapi.New()}))
 	tb.Cleanup(srv.Close)
 	f.url = srv.URL
@@ -153,6 +153,13 @@ func TestService_Scopes(t *testing.T) {
 		{name: "ListTags with an ID token", token: f.ids, call: listTags(ctx, f.url), code: connect.CodePermissionDenied, reason: httpapi.CodeForbidden},
 		{name: "ListTags without a token", call: listTags(ctx, f.url), code: connect.CodeUnauthenticated, reason: httpapi.CodeUnauthorized},
 		{name: "ListTags with an admin token", token: f.admin, call: listTags(ctx, f.url)},
+		{name: "ListTokens with a monitor token", token: f.none, call: listTokens(ctx, f.url), code: connect.CodePermissionDenied, reason: httpapi.CodeForbidden},
+		{name: "ListTokens with an ID token", token: f.ids, call: listTokens(ctx, f.url), code: connect.CodePermissionDenied, reason: httpapi.CodeForbidden},
+		{name: "ListTokens without a token", call: listTokens(ctx, f.url), code: connect.CodeUnauthenticated, reason: httpapi.CodeUnauthorized},
+		{name: "ListTokens with an admin token", token: f.admin, call: listTokens(ctx, f.url)},
+		{name: "CreateToken with a monitor token", token: f.none, call: createToken(ctx, f.url), code: connect.CodePermissionDenied, reason: httpapi.CodeForbidden},
+		{name: "CreateToken with an ID token", token: f.ids, call: createToken(ctx, f.url), code: connect.CodePermissionDenied, reason: httpapi.CodeForbidden},
+		{name: "RevokeToken with an ID token", token: f.ids, call: revokeToken(ctx, f.url), code: connect.CodePermissionDenied, reason: httpapi.CodeForbidden},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -183,6 +190,32 @@ func listTags(ctx context.Context, url string) func(connect.ClientOption) error 
 		if err == nil && (len(resp.Msg.GetTags()) != 1 || resp.Msg.GetTags()[0].GetBizTag() != "order") {
 			return errors.New("ListTags: want the tag order")
 		}
+		return err
+	}
+}
+
+func listTokens(ctx context.Context, url string) func(connect.ClientOption) error {
+	return func(o connect.ClientOption) error {
+		resp, err := idmintv1connect.NewAdminServiceClient(http.DefaultClient, url, o).ListTokens(ctx, connect.NewRequest(&idmintv1.ListTokensRequest{}))
+		if err == nil && len(resp.Msg.GetTokens()) != 3 {
+			return errors.New("ListTokens: want the fixture's 3 tokens")
+		}
+		return err
+	}
+}
+
+func createToken(ctx context.Context, url string) func(connect.ClientOption) error {
+	return func(o connect.ClientOption) error {
+		_, err := idmintv1connect.NewAdminServiceClient(http.DefaultClient, url, o).CreateToken(ctx,
+			connect.NewRequest(&idmintv1.CreateTokenRequest{Name: "mine", Scopes: []string{"admin"}}))
+		return err
+	}
+}
+
+func revokeToken(ctx context.Context, url string) func(connect.ClientOption) error {
+	return func(o connect.ClientOption) error {
+		_, err := idmintv1connect.NewAdminServiceClient(http.DefaultClient, url, o).RevokeToken(ctx,
+			connect.NewRequest(&idmintv1.RevokeTokenRequest{Id: "aaaaaaaaaaaaaaaa"}))
 		return err
 	}
 }
@@ -281,6 +314,53 @@ func TestService_Admin(t *testing.T) {
 	}
 	if _, err := c.GetTag(ctx, connect.NewRequest(&idmintv1.GetTagRequest{BizTag: "nope"})); connect.CodeOf(err) != connect.CodeNotFound || reason(err) != httpapi.CodeUnknownTag {
 		t.Fatalf("GetTag(nope): %v, want NotFound unknown_tag", err)
+	}
+}
+
+// TestService_Tokens: the token calls over Connect, as /v1/tokens does
+// them: the secret in CreateToken's reply only, the token working at once
+// for its scope, revoked idempotently, bad settings InvalidArgument.
+func TestService_Tokens(t *testing.T) {
+	f := newFixture(t, httpapi.AuthToken)
+	ctx := context.Background()
+	c := idmintv1connect.NewAdminServiceClient(http.DefaultClient, f.url, bearer(f.admin))
+	created, err := c.CreateToken(ctx, connect.NewRequest(&idmintv1.CreateTokenRequest{Name: "billing", Scopes: []string{"ids:order"}, IdsPerSecond: 50}))
+	if err != nil {
+		t.Fatalf("CreateToken: %v", err)
+	}
+	tok := created.Msg.GetToken()
+	id, _, ok := token.Parse(created.Msg.GetSecret())
+	if !ok || id != tok.GetId() || tok.GetName() != "billing" || tok.GetIdsPerSecond() != 50 || tok.GetCreatedAt() == nil ||
+		tok.GetRevokedAt() != nil || !strings.Contains(created.Msg.GetNote(), "once") {
+		t.Fatalf("CreateToken: %v", created.Msg)
+	}
+	if err := nextID(ctx, f.url, "order")(bearer(created.Msg.GetSecret())); err != nil {
+		t.Fatalf("NextID with the new token: %v", err)
+	}
+	list, err := c.ListTokens(ctx, connect.NewRequest(&idmintv1.ListTokensRequest{}))
+	if err != nil || len(list.Msg.GetTokens()) != 4 {
+		t.Fatalf("ListTokens: %v, %v", list, err)
+	}
+	wire, err := proto.Marshal(list.Msg)
+	if err != nil || bytes.Contains(wire, []byte(created.Msg.GetSecret()[21:])) {
+		t.Fatalf("ListTokens shows the secret: %v", err)
+	}
+	if _, err := c.CreateToken(ctx, connect.NewRequest(&idmintv1.CreateTokenRequest{Name: "x", Scopes: []string{"root"}})); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("CreateToken with a bad scope: %v, want InvalidArgument", err)
+	}
+	revoked, err := c.RevokeToken(ctx, connect.NewRequest(&idmintv1.RevokeTokenRequest{Id: id}))
+	if err != nil || revoked.Msg.GetToken().GetRevokedAt() == nil {
+		t.Fatalf("RevokeToken: %v, %v", revoked, err)
+	}
+	if err := nextID(ctx, f.url, "order")(bearer(created.Msg.GetSecret())); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("NextID with the revoked token: %v, want Unauthenticated", err)
+	}
+	again, err := c.RevokeToken(ctx, connect.NewRequest(&idmintv1.RevokeTokenRequest{Id: id}))
+	if err != nil || !again.Msg.GetToken().GetRevokedAt().AsTime().Equal(revoked.Msg.GetToken().GetRevokedAt().AsTime()) {
+		t.Fatalf("RevokeToken again: %v, %v; want the first revocation", again, err)
+	}
+	if _, err := c.RevokeToken(ctx, connect.NewRequest(&idmintv1.RevokeTokenRequest{Id: "aaaaaaaaaaaaaaaa"})); connect.CodeOf(err) != connect.CodeNotFound || reason(err) != httpapi.CodeUnknownToken {
+		t.Fatalf("RevokeToken(unknown): %v, want NotFound unknown_token", err)
 	}
 }
 

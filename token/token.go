@@ -15,8 +15,13 @@ import (
 	"github.com/idmint/idmint/internal/tagname"
 )
 
-// ErrUnknown means no token has the ID given.
-var ErrUnknown = errors.New("unknown token")
+var (
+	// ErrUnknown means no token has the ID given.
+	ErrUnknown = errors.New("unknown token")
+	// ErrInvalid means a token's settings (name, scopes, rate) are out of
+	// bounds: New, ValidateScope and ValidateRate wrap it.
+	ErrInvalid = errors.New("invalid token settings")
+)
 
 // Token is a bearer token as stored: its public ID, a name for people, its
 // scopes and the SHA-256 of its secret. The secret itself is shown once, by
@@ -61,16 +66,8 @@ var idEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 // returns it with the bearer string to hand to its user, which is shown
 // once and stored only as a hash.
 func New(name string, scopes []string) (Token, string, error) {
-	if n := len(name); n < 1 || n > 100 {
-		return Token{}, "", fmt.Errorf("token name: %d bytes, want 1 to 100", n)
-	}
-	if len(scopes) == 0 {
-		return Token{}, "", errors.New("token: give at least one scope (admin, monitor, ids, ids:TAG or ids:PREFIX*)")
-	}
-	for _, s := range scopes {
-		if err := ValidateScope(s); err != nil {
-			return Token{}, "", err
-		}
+	if err := Validate(name, scopes); err != nil {
+		return Token{}, "", err
 	}
 	var raw [10 + 32]byte
 	if _, err := rand.Read(raw[:]); err != nil {
@@ -80,6 +77,23 @@ func New(name string, scopes []string) (Token, string, error) {
 	secret := base64.RawURLEncoding.EncodeToString(raw[10:])
 	hash := sha256.Sum256([]byte(secret))
 	return Token{ID: id, Name: name, Scopes: scopes, Hash: hash[:]}, prefix + id + "_" + secret, nil
+}
+
+// Validate reports whether New takes name and scopes: a name of 1 to 100
+// bytes, at least one scope, each one ValidateScope takes.
+func Validate(name string, scopes []string) error {
+	if n := len(name); n < 1 || n > 100 {
+		return fmt.Errorf("%w: token name: %d bytes, want 1 to 100", ErrInvalid, n)
+	}
+	if len(scopes) == 0 {
+		return fmt.Errorf("%w: give at least one scope (admin, monitor, ids, ids:TAG or ids:PREFIX*)", ErrInvalid)
+	}
+	for _, s := range scopes {
+		if err := ValidateScope(s); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Parse splits a bearer string into its ID and secret. It looks only
@@ -127,7 +141,7 @@ func ValidateScope(s string) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("scope %q: want admin, monitor, ids, ids:TAG or ids:PREFIX*", tagname.Truncate(s, 80))
+	return fmt.Errorf("%w: scope %q: want admin, monitor, ids, ids:TAG or ids:PREFIX*", ErrInvalid, tagname.Truncate(s, 80))
 }
 
 // MaxRate is the largest IDsPerSecond a token may have.
@@ -139,7 +153,7 @@ func ValidateRate(r float64) error {
 	if r == 0 || (r > 0 && r <= MaxRate) {
 		return nil
 	}
-	return fmt.Errorf("token rate %v: want 0 (the instance's bound) or more than 0 up to %g IDs per second", r, MaxRate)
+	return fmt.Errorf("%w: token rate %v: want 0 (the instance's bound) or more than 0 up to %g IDs per second", ErrInvalid, r, MaxRate)
 }
 
 // NotFound returns the error a store's RevokeToken gives for an unknown

@@ -1,6 +1,8 @@
 package token_test
 
 import (
+	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -20,12 +22,17 @@ func TestNew(t *testing.T) {
 		t.Fatal("the hash holds the secret")
 	}
 	for _, bad := range [][]string{nil, {"root"}, {"ids:"}, {"ids:bad tag"}, {"ids:-x*"}, {"admin", ""}} {
-		if _, _, err := token.New("x", bad); err == nil {
-			t.Errorf("scopes %q accepted", bad)
+		if _, _, err := token.New("x", bad); !errors.Is(err, token.ErrInvalid) {
+			t.Errorf("scopes %q: %v, want ErrInvalid", bad, err)
 		}
 	}
-	if _, _, err := token.New("", []string{"ids"}); err == nil {
-		t.Error("an empty name accepted")
+	if _, _, err := token.New("", []string{"ids"}); !errors.Is(err, token.ErrInvalid) {
+		t.Errorf("an empty name: %v, want ErrInvalid", err)
+	}
+	for _, bad := range []float64{-1, math.NaN(), math.Inf(1), 2 * token.MaxRate} {
+		if err := token.ValidateRate(bad); !errors.Is(err, token.ErrInvalid) {
+			t.Errorf("rate %v: %v, want ErrInvalid", bad, err)
+		}
 	}
 }
 

@@ -25,6 +25,7 @@ const (
 	CodeUnauthorized          = "unauthorized"
 	CodeForbidden             = "forbidden"
 	CodeUnknownTag            = "unknown_tag"
+	CodeUnknownToken          = "unknown_token"
 	CodeNotFound              = "not_found"
 	CodeMethod                = "method_not_allowed"
 	CodeRequestConflict       = "request_conflict"

@@ -13,17 +13,25 @@ import (
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/httpapi"
+	"github.com/idmint/idmint/token"
 )
 
-// adminClient is allocator.Admin over a running instance's /v1 admin API,
-// for `idmint tag … --server URL --token T`: no database credentials needed.
+// adminClient is allocator.Admin and tokenAdmin over a running instance's
+// /v1 admin API, for `idmint tag|token … --server URL --token T`: no
+// database credentials needed.
 type adminClient struct {
 	base   string
 	token  string
 	client *http.Client
 }
 
-var _ allocator.Admin = (*adminClient)(nil)
+var (
+	_ allocator.Admin = (*adminClient)(nil)
+	_ tokenAdmin      = (*adminClient)(nil)
+)
+
+// pathTokens is the token admin API.
+const pathTokens = "/v1/tokens"
 
 func newAdminClient(server, token string, hc *http.Client) (*adminClient, error) {
 	u, err := url.Parse(server)
@@ -72,11 +80,15 @@ func (c *adminClient) call(ctx context.Context, method, path string, body, out a
 		if json.Unmarshal(data, &e) != nil || e.Error.Code == "" {
 			return fmt.Errorf("admin api: %s %s: %s", method, path, resp.Status)
 		}
-		sentinel := map[string]error{
+		sentinels := map[string]error{
 			httpapi.CodeUnknownTag: allocator.ErrUnknownTag, httpapi.CodeTagExists: allocator.ErrExists,
 			httpapi.CodeNotRaised: allocator.ErrNotRaised, httpapi.CodeInvalidSpec: allocator.ErrInvalidSpec,
 			httpapi.CodeInvalidTag: allocator.ErrInvalidTag,
-		}[e.Error.Code]
+		}
+		if strings.HasPrefix(path, pathTokens) {
+			sentinels = map[string]error{httpapi.CodeUnknownToken: token.ErrUnknown, httpapi.CodeInvalidSpec: token.ErrInvalid}
+		}
+		sentinel := sentinels[e.Error.Code]
 		if sentinel != nil {
 			return fmt.Errorf("%w (%s)", sentinel, e.Error.Message)
 		}
@@ -155,4 +167,35 @@ func (c *adminClient) Describe(ctx context.Context, name, description string) (a
 	var t httpapi.TagJSON
 	err := c.call(ctx, http.MethodPatch, "/v1/tags/"+url.PathEscape(name), map[string]any{"description": description}, &t)
 	return fromJSON(t), err
+}
+
+// createToken implements tokenAdmin: the server makes the secret and shows
+// it in this reply only.
+func (c *adminClient) createToken(ctx context.Context, name string, scopes []string, rate float64) (token.Token, string, error) {
+	var created httpapi.CreatedToken
+	err := c.call(ctx, http.MethodPost, pathTokens, httpapi.CreateTokenRequest{Name: name, Scopes: scopes, IDsPerSecond: rate}, &created)
+	if err == nil && created.Secret == "" {
+		err = fmt.Errorf("admin api: POST %s: no token in the reply", pathTokens)
+	}
+	return httpapi.TokenFromJSON(created.Token), created.Secret, err
+}
+
+// ListTokens implements tokenAdmin.
+func (c *adminClient) ListTokens(ctx context.Context) ([]token.Token, error) {
+	var list struct{ Tokens []httpapi.TokenJSON }
+	if err := c.call(ctx, http.MethodGet, pathTokens, nil, &list); err != nil {
+		return nil, err
+	}
+	out := make([]token.Token, 0, len(list.Tokens))
+	for _, t := range list.Tokens {
+		out = append(out, httpapi.TokenFromJSON(t))
+	}
+	return out, nil
+}
+
+// RevokeToken implements tokenAdmin.
+func (c *adminClient) RevokeToken(ctx context.Context, id string) (token.Token, error) {
+	var t httpapi.TokenJSON
+	err := c.call(ctx, http.MethodDelete, pathTokens+"/"+url.PathEscape(id), nil, &t)
+	return httpapi.TokenFromJSON(t), err
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -105,16 +104,7 @@ func TestCLI_TokensAndAdminAPI(t *testing.T) {
 	if _, _, err := runErr("tag", "list", "--server", base, "--token", ids); err == nil || !strings.Contains(err.Error(), "scope") {
 		t.Fatalf("tag list with an ids token: %v", err)
 	}
-	get := func(bearer string) int {
-		req, _ := http.NewRequest("GET", base+"/id?biz_tag=order", nil)
-		req.Header.Set("Authorization", "Bearer "+bearer)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
+	get := func(bearer string) int { return getOrder(t, base, bearer) }
 	testutil.Eventually(t, 10*time.Second, "the tag created over the API served", func() bool { return get(ids) == 200 })
 	if s := get(admin); s != 403 {
 		t.Fatalf("admin token on /id: %d, want 403", s)

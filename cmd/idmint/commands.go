@@ -58,8 +58,10 @@ stderr which one it used.`},
 (IDs of one tag), ids:PREFIX* (IDs of the tags starting with PREFIX). The
 token is printed once; only its hash is stored. Give it to the caller as
 "Authorization: Bearer idm_…". A revoked token stops working within a second
-(within serve's --token-max-stale while the database cannot be read). Every
-token command says on stderr which database it used.`},
+(within serve's --token-max-stale while the database cannot be read; at once
+on the instance that revoked it with --server). Every token command works on
+the database, or with --server URL --token T on a running instance's admin
+API (an admin token; TLS as for tag), and says on stderr which it used.`},
 	{"standby", `Standbys idmint saw streaming from the primary are remembered (PostgreSQL
 only): one that disconnects still holds new segments back, since it could
 be promoted without them, until it is back and has caught up, its slot is

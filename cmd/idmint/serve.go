@@ -257,6 +257,7 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) 
 		Auth:           auth,
 		Limits:         limits,
 		Admin:          store.admin,
+		TokenAdmin:     store.tokens,
 		TLS:            c.tls.health(),
 		RPC:            rpcapi.New(),
 	})

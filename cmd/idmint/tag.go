@@ -32,6 +32,19 @@ func (a *adminTarget) register(fs *flag.FlagSet) {
 // open returns the admin interface chosen and a func that closes it, and
 // says on stderr which it is.
 func (a *adminTarget) open(ctx context.Context, stderr io.Writer) (allocator.Admin, func(), error) {
+	c, store, err := a.connect(ctx, stderr)
+	switch {
+	case err != nil:
+		return nil, nil, err
+	case c != nil:
+		return c, func() {}, nil
+	}
+	return store.admin, store.close, nil
+}
+
+// connect returns the client of the admin API with --server, else the
+// store opened (to be closed by the caller), and says on stderr which.
+func (a *adminTarget) connect(ctx context.Context, stderr io.Writer) (*adminClient, *openedStore, error) {
 	if a.server != "" {
 		hc, err := a.tls.httpClient(30 * time.Second)
 		if err != nil {
@@ -42,13 +55,10 @@ func (a *adminTarget) open(ctx context.Context, stderr io.Writer) (allocator.Adm
 			return nil, nil, err
 		}
 		fmt.Fprintf(stderr, "idmint: admin API of %s\n", redact(a.server))
-		return c, func() {}, nil
+		return c, nil, nil
 	}
 	store, err := openForCommand(ctx, a.store, stderr)
-	if err != nil {
-		return nil, nil, err
-	}
-	return store.admin, store.close, nil
+	return nil, store, err
 }
 
 // tagFlags registers the target flags and returns a run that opens the

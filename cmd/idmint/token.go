@@ -27,12 +27,44 @@ func (l *scopeList) Set(v string) error {
 	return nil
 }
 
-// tokenFlags registers the store flags and returns a run that opens the
-// store (saying which on stderr) and calls do.
-func tokenFlags(fs *flag.FlagSet, do func(ctx context.Context, tokens token.Store, out output, args []string) error) runFunc {
-	return storeFlags(fs, func(ctx context.Context, store *openedStore, out output, args []string) error {
-		return do(ctx, store.tokens, out, args)
-	})
+// tokenAdmin is where the token commands act: the store, or a running
+// instance's admin API (adminClient).
+type tokenAdmin interface {
+	// createToken makes a token and returns it with its bearer string.
+	createToken(ctx context.Context, name string, scopes []string, rate float64) (token.Token, string, error)
+	ListTokens(ctx context.Context) ([]token.Token, error)
+	RevokeToken(ctx context.Context, id string) (token.Token, error)
+}
+
+// storeTokens is tokenAdmin on the store: the secret is made here.
+type storeTokens struct{ token.Store }
+
+func (s storeTokens) createToken(ctx context.Context, name string, scopes []string, rate float64) (token.Token, string, error) {
+	tok, bearer, err := token.New(name, scopes)
+	if err != nil {
+		return token.Token{}, "", err
+	}
+	tok.IDsPerSecond = rate
+	tok, err = s.CreateToken(ctx, tok)
+	return tok, bearer, err
+}
+
+// tokenFlags registers the target flags and returns a run that opens the
+// target (saying which on stderr) and calls do.
+func tokenFlags(fs *flag.FlagSet, do func(ctx context.Context, tokens tokenAdmin, out output, args []string) error) runFunc {
+	var target adminTarget
+	target.register(fs)
+	return func(ctx context.Context, out output, args []string) error {
+		client, store, err := target.connect(ctx, out.stderr)
+		if err != nil {
+			return err
+		}
+		if client != nil {
+			return do(ctx, client, out, args)
+		}
+		defer store.close()
+		return do(ctx, storeTokens{store.tokens}, out, args)
+	}
 }
 
 func tokenCreateFlags(fs *flag.FlagSet) runFunc {
@@ -44,10 +76,8 @@ func tokenCreateFlags(fs *flag.FlagSet) runFunc {
 	fs.StringVar(&name, "name", "", "who or what the token is for (required)")
 	fs.Var(&scopes, "scope", "admin, monitor, ids, ids:TAG or ids:PREFIX* (repeat or comma-separate; required)")
 	fs.Float64Var(&rate, "rate", 0, "IDs per second this token may take (0: serve's --ids-per-second-per-token)")
-	var tok token.Token
-	var bearer string
-	run := tokenFlags(fs, func(ctx context.Context, tokens token.Store, out output, _ []string) error {
-		created, err := tokens.CreateToken(ctx, tok)
+	run := tokenFlags(fs, func(ctx context.Context, tokens tokenAdmin, out output, _ []string) error {
+		created, bearer, err := tokens.createToken(ctx, name, scopes, rate)
 		if err != nil {
 			return err
 		}
@@ -56,21 +86,19 @@ func tokenCreateFlags(fs *flag.FlagSet) runFunc {
 		return nil
 	})
 	return func(ctx context.Context, out output, args []string) error {
-		// Check before touching the database.
-		var err error
-		if tok, bearer, err = token.New(name, scopes); err != nil {
+		// Check before touching the database or the server.
+		if err := token.Validate(name, scopes); err != nil {
 			return err
 		}
 		if err := token.ValidateRate(rate); err != nil {
 			return err
 		}
-		tok.IDsPerSecond = rate
 		return run(ctx, out, args)
 	}
 }
 
 func tokenListFlags(fs *flag.FlagSet) runFunc {
-	return tokenFlags(fs, func(ctx context.Context, tokens token.Store, out output, _ []string) error {
+	return tokenFlags(fs, func(ctx context.Context, tokens tokenAdmin, out output, _ []string) error {
 		list, err := tokens.ListTokens(ctx)
 		if err != nil {
 			return err
@@ -81,8 +109,15 @@ func tokenListFlags(fs *flag.FlagSet) runFunc {
 }
 
 func tokenRevokeFlags(fs *flag.FlagSet) runFunc {
-	return tokenFlags(fs, func(ctx context.Context, tokens token.Store, out output, args []string) error {
-		t, err := tokens.RevokeToken(ctx, args[0])
+	return tokenFlags(fs, func(ctx context.Context, tokens tokenAdmin, out output, args []string) error {
+		id := args[0]
+		if tid, _, ok := token.Parse(id); ok {
+			// Only the ID goes on: a secret has no place in a URL or a
+			// log line.
+			fmt.Fprintf(out.stderr, "idmint: a whole token given: revoking its ID %s\n", tid)
+			id = tid
+		}
+		t, err := tokens.RevokeToken(ctx, id)
 		if err != nil {
 			return err
 		}

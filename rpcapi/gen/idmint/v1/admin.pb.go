@@ -646,6 +646,397 @@ func (x *BumpTagResponse) GetTag() *Tag {
 	return nil
 }
 
+// Token is a bearer token as stored, without its secret or hash.
+type Token struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The 16 characters after idm_ in the bearer token.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Who or what the token is for.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// admin, monitor, ids, ids:TAG or ids:PREFIX*.
+	Scopes []string `protobuf:"bytes,3,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	// The token's own bound on IDs per second; 0 for the instance's
+	// --ids-per-second-per-token.
+	IdsPerSecond float64                `protobuf:"fixed64,4,opt,name=ids_per_second,json=idsPerSecond,proto3" json:"ids_per_second,omitempty"`
+	CreatedAt    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// Unset while the token is valid.
+	RevokedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=revoked_at,json=revokedAt,proto3" json:"revoked_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Token) Reset() {
+	*x = Token{}
+	mi := &file_idmint_v1_admin_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Token) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Token) ProtoMessage() {}
+
+func (x *Token) ProtoReflect() protoreflect.Message {
+	mi := &file_idmint_v1_admin_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Token.ProtoReflect.Descriptor instead.
+func (*Token) Descriptor() ([]byte, []int) {
+	return file_idmint_v1_admin_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Token) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Token) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Token) GetScopes() []string {
+	if x != nil {
+		return x.Scopes
+	}
+	return nil
+}
+
+func (x *Token) GetIdsPerSecond() float64 {
+	if x != nil {
+		return x.IdsPerSecond
+	}
+	return 0
+}
+
+func (x *Token) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Token) GetRevokedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RevokedAt
+	}
+	return nil
+}
+
+// ListTokensRequest asks for every token.
+type ListTokensRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTokensRequest) Reset() {
+	*x = ListTokensRequest{}
+	mi := &file_idmint_v1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTokensRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTokensRequest) ProtoMessage() {}
+
+func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_idmint_v1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTokensRequest.ProtoReflect.Descriptor instead.
+func (*ListTokensRequest) Descriptor() ([]byte, []int) {
+	return file_idmint_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+// ListTokensResponse holds the tokens, oldest first.
+type ListTokensResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tokens        []*Token               `protobuf:"bytes,1,rep,name=tokens,proto3" json:"tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTokensResponse) Reset() {
+	*x = ListTokensResponse{}
+	mi := &file_idmint_v1_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTokensResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTokensResponse) ProtoMessage() {}
+
+func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_idmint_v1_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTokensResponse.ProtoReflect.Descriptor instead.
+func (*ListTokensResponse) Descriptor() ([]byte, []int) {
+	return file_idmint_v1_admin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ListTokensResponse) GetTokens() []*Token {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+// CreateTokenRequest is the new token's settings.
+type CreateTokenRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1 to 100 bytes.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// At least one.
+	Scopes []string `protobuf:"bytes,2,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	// IDs per second the token may take; 0 for the instance's bound.
+	IdsPerSecond  float64 `protobuf:"fixed64,3,opt,name=ids_per_second,json=idsPerSecond,proto3" json:"ids_per_second,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateTokenRequest) Reset() {
+	*x = CreateTokenRequest{}
+	mi := &file_idmint_v1_admin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateTokenRequest) ProtoMessage() {}
+
+func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_idmint_v1_admin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
+func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
+	return file_idmint_v1_admin_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *CreateTokenRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateTokenRequest) GetScopes() []string {
+	if x != nil {
+		return x.Scopes
+	}
+	return nil
+}
+
+func (x *CreateTokenRequest) GetIdsPerSecond() float64 {
+	if x != nil {
+		return x.IdsPerSecond
+	}
+	return 0
+}
+
+// CreateTokenResponse is the token made and, this once, its secret.
+type CreateTokenResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Token *Token                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	// The bearer token, to send as "Authorization: Bearer …". idmint keeps
+	// only its hash: no call shows it again.
+	Secret string `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	// Says that the secret is shown once.
+	Note          string `protobuf:"bytes,3,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateTokenResponse) Reset() {
+	*x = CreateTokenResponse{}
+	mi := &file_idmint_v1_admin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateTokenResponse) ProtoMessage() {}
+
+func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_idmint_v1_admin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
+func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
+	return file_idmint_v1_admin_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *CreateTokenResponse) GetToken() *Token {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+func (x *CreateTokenResponse) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+func (x *CreateTokenResponse) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+// RevokeTokenRequest names the token to revoke.
+type RevokeTokenRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeTokenRequest) Reset() {
+	*x = RevokeTokenRequest{}
+	mi := &file_idmint_v1_admin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeTokenRequest) ProtoMessage() {}
+
+func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_idmint_v1_admin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
+func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
+	return file_idmint_v1_admin_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *RevokeTokenRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// RevokeTokenResponse is the token, revoked.
+type RevokeTokenResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         *Token                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeTokenResponse) Reset() {
+	*x = RevokeTokenResponse{}
+	mi := &file_idmint_v1_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeTokenResponse) ProtoMessage() {}
+
+func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_idmint_v1_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
+func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
+	return file_idmint_v1_admin_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RevokeTokenResponse) GetToken() *Token {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
 // Standby is a standby idmint saw streaming from the primary.
 type Standby struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -665,7 +1056,7 @@ type Standby struct {
 
 func (x *Standby) Reset() {
 	*x = Standby{}
-	mi := &file_idmint_v1_admin_proto_msgTypes[11]
+	mi := &file_idmint_v1_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -677,7 +1068,7 @@ func (x *Standby) String() string {
 func (*Standby) ProtoMessage() {}
 
 func (x *Standby) ProtoReflect() protoreflect.Message {
-	mi := &file_idmint_v1_admin_proto_msgTypes[11]
+	mi := &file_idmint_v1_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -690,7 +1081,7 @@ func (x *Standby) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Standby.ProtoReflect.Descriptor instead.
 func (*Standby) Descriptor() ([]byte, []int) {
-	return file_idmint_v1_admin_proto_rawDescGZIP(), []int{11}
+	return file_idmint_v1_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Standby) GetName() string {
@@ -751,7 +1142,7 @@ type ListStandbysRequest struct {
 
 func (x *ListStandbysRequest) Reset() {
 	*x = ListStandbysRequest{}
-	mi := &file_idmint_v1_admin_proto_msgTypes[12]
+	mi := &file_idmint_v1_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +1154,7 @@ func (x *ListStandbysRequest) String() string {
 func (*ListStandbysRequest) ProtoMessage() {}
 
 func (x *ListStandbysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_idmint_v1_admin_proto_msgTypes[12]
+	mi := &file_idmint_v1_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +1167,7 @@ func (x *ListStandbysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStandbysRequest.ProtoReflect.Descriptor instead.
 func (*ListStandbysRequest) Descriptor() ([]byte, []int) {
-	return file_idmint_v1_admin_proto_rawDescGZIP(), []int{12}
+	return file_idmint_v1_admin_proto_rawDescGZIP(), []int{19}
 }
 
 // ListStandbysResponse holds them, newest first.
@@ -789,7 +1180,7 @@ type ListStandbysResponse struct {
 
 func (x *ListStandbysResponse) Reset() {
 	*x = ListStandbysResponse{}
-	mi := &file_idmint_v1_admin_proto_msgTypes[13]
+	mi := &file_idmint_v1_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -801,7 +1192,7 @@ func (x *ListStandbysResponse) String() string {
 func (*ListStandbysResponse) ProtoMessage() {}
 
 func (x *ListStandbysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_idmint_v1_admin_proto_msgTypes[13]
+	mi := &file_idmint_v1_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -814,7 +1205,7 @@ func (x *ListStandbysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListStandbysResponse.ProtoReflect.Descriptor instead.
 func (*ListStandbysResponse) Descriptor() ([]byte, []int) {
-	return file_idmint_v1_admin_proto_rawDescGZIP(), []int{13}
+	return file_idmint_v1_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListStandbysResponse) GetStandbys() []*Standby {
@@ -834,7 +1225,7 @@ type ForgetStandbyRequest struct {
 
 func (x *ForgetStandbyRequest) Reset() {
 	*x = ForgetStandbyRequest{}
-	mi := &file_idmint_v1_admin_proto_msgTypes[14]
+	mi := &file_idmint_v1_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -846,7 +1237,7 @@ func (x *ForgetStandbyRequest) String() string {
 func (*ForgetStandbyRequest) ProtoMessage() {}
 
 func (x *ForgetStandbyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_idmint_v1_admin_proto_msgTypes[14]
+	mi := &file_idmint_v1_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -859,7 +1250,7 @@ func (x *ForgetStandbyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetStandbyRequest.ProtoReflect.Descriptor instead.
 func (*ForgetStandbyRequest) Descriptor() ([]byte, []int) {
-	return file_idmint_v1_admin_proto_rawDescGZIP(), []int{14}
+	return file_idmint_v1_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ForgetStandbyRequest) GetName() string {
@@ -878,7 +1269,7 @@ type ForgetStandbyResponse struct {
 
 func (x *ForgetStandbyResponse) Reset() {
 	*x = ForgetStandbyResponse{}
-	mi := &file_idmint_v1_admin_proto_msgTypes[15]
+	mi := &file_idmint_v1_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -890,7 +1281,7 @@ func (x *ForgetStandbyResponse) String() string {
 func (*ForgetStandbyResponse) ProtoMessage() {}
 
 func (x *ForgetStandbyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_idmint_v1_admin_proto_msgTypes[15]
+	mi := &file_idmint_v1_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -903,7 +1294,7 @@ func (x *ForgetStandbyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetStandbyResponse.ProtoReflect.Descriptor instead.
 func (*ForgetStandbyResponse) Descriptor() ([]byte, []int) {
-	return file_idmint_v1_admin_proto_rawDescGZIP(), []int{15}
+	return file_idmint_v1_admin_proto_rawDescGZIP(), []int{22}
 }
 
 var File_idmint_v1_admin_proto protoreflect.FileDescriptor
@@ -953,7 +1344,31 @@ const file_idmint_v1_admin_proto_rawDesc = "" +
 	"\x02to\x18\x02 \x01(\x03R\x02to\x12\x0e\n" +
 	"\x02by\x18\x03 \x01(\x03R\x02by\"3\n" +
 	"\x0fBumpTagResponse\x12 \n" +
-	"\x03tag\x18\x01 \x01(\v2\x0e.idmint.v1.TagR\x03tag\"\xa6\x02\n" +
+	"\x03tag\x18\x01 \x01(\v2\x0e.idmint.v1.TagR\x03tag\"\xdf\x01\n" +
+	"\x05Token\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
+	"\x06scopes\x18\x03 \x03(\tR\x06scopes\x12$\n" +
+	"\x0eids_per_second\x18\x04 \x01(\x01R\fidsPerSecond\x129\n" +
+	"\n" +
+	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
+	"\n" +
+	"revoked_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\trevokedAt\"\x13\n" +
+	"\x11ListTokensRequest\">\n" +
+	"\x12ListTokensResponse\x12(\n" +
+	"\x06tokens\x18\x01 \x03(\v2\x10.idmint.v1.TokenR\x06tokens\"f\n" +
+	"\x12CreateTokenRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06scopes\x18\x02 \x03(\tR\x06scopes\x12$\n" +
+	"\x0eids_per_second\x18\x03 \x01(\x01R\fidsPerSecond\"i\n" +
+	"\x13CreateTokenResponse\x12&\n" +
+	"\x05token\x18\x01 \x01(\v2\x10.idmint.v1.TokenR\x05token\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\x12\x12\n" +
+	"\x04note\x18\x03 \x01(\tR\x04note\"$\n" +
+	"\x12RevokeTokenRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"=\n" +
+	"\x13RevokeTokenResponse\x12&\n" +
+	"\x05token\x18\x01 \x01(\v2\x10.idmint.v1.TokenR\x05token\"\xa6\x02\n" +
 	"\aStandby\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04slot\x18\x02 \x01(\bR\x04slot\x12\x1a\n" +
@@ -968,13 +1383,17 @@ const file_idmint_v1_admin_proto_rawDesc = "" +
 	"\bstandbys\x18\x01 \x03(\v2\x12.idmint.v1.StandbyR\bstandbys\"*\n" +
 	"\x14ForgetStandbyRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x17\n" +
-	"\x15ForgetStandbyResponse2\x89\x04\n" +
+	"\x15ForgetStandbyResponse2\xf0\x05\n" +
 	"\fAdminService\x12C\n" +
 	"\bListTags\x12\x1a.idmint.v1.ListTagsRequest\x1a\x1b.idmint.v1.ListTagsResponse\x12F\n" +
 	"\tCreateTag\x12\x1b.idmint.v1.CreateTagRequest\x1a\x1c.idmint.v1.CreateTagResponse\x12=\n" +
 	"\x06GetTag\x12\x18.idmint.v1.GetTagRequest\x1a\x19.idmint.v1.GetTagResponse\x12F\n" +
 	"\tUpdateTag\x12\x1b.idmint.v1.UpdateTagRequest\x1a\x1c.idmint.v1.UpdateTagResponse\x12@\n" +
-	"\aBumpTag\x12\x19.idmint.v1.BumpTagRequest\x1a\x1a.idmint.v1.BumpTagResponse\x12O\n" +
+	"\aBumpTag\x12\x19.idmint.v1.BumpTagRequest\x1a\x1a.idmint.v1.BumpTagResponse\x12I\n" +
+	"\n" +
+	"ListTokens\x12\x1c.idmint.v1.ListTokensRequest\x1a\x1d.idmint.v1.ListTokensResponse\x12L\n" +
+	"\vCreateToken\x12\x1d.idmint.v1.CreateTokenRequest\x1a\x1e.idmint.v1.CreateTokenResponse\x12L\n" +
+	"\vRevokeToken\x12\x1d.idmint.v1.RevokeTokenRequest\x1a\x1e.idmint.v1.RevokeTokenResponse\x12O\n" +
 	"\fListStandbys\x12\x1e.idmint.v1.ListStandbysRequest\x1a\x1f.idmint.v1.ListStandbysResponse\x12R\n" +
 	"\rForgetStandby\x12\x1f.idmint.v1.ForgetStandbyRequest\x1a .idmint.v1.ForgetStandbyResponseB8Z6github.com/idmint/idmint/rpcapi/gen/idmint/v1;idmintv1b\x06proto3"
 
@@ -990,7 +1409,7 @@ func file_idmint_v1_admin_proto_rawDescGZIP() []byte {
 	return file_idmint_v1_admin_proto_rawDescData
 }
 
-var file_idmint_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_idmint_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_idmint_v1_admin_proto_goTypes = []any{
 	(*Tag)(nil),                   // 0: idmint.v1.Tag
 	(*ListTagsRequest)(nil),       // 1: idmint.v1.ListTagsRequest
@@ -1003,12 +1422,19 @@ var file_idmint_v1_admin_proto_goTypes = []any{
 	(*UpdateTagResponse)(nil),     // 8: idmint.v1.UpdateTagResponse
 	(*BumpTagRequest)(nil),        // 9: idmint.v1.BumpTagRequest
 	(*BumpTagResponse)(nil),       // 10: idmint.v1.BumpTagResponse
-	(*Standby)(nil),               // 11: idmint.v1.Standby
-	(*ListStandbysRequest)(nil),   // 12: idmint.v1.ListStandbysRequest
-	(*ListStandbysResponse)(nil),  // 13: idmint.v1.ListStandbysResponse
-	(*ForgetStandbyRequest)(nil),  // 14: idmint.v1.ForgetStandbyRequest
-	(*ForgetStandbyResponse)(nil), // 15: idmint.v1.ForgetStandbyResponse
-	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
+	(*Token)(nil),                 // 11: idmint.v1.Token
+	(*ListTokensRequest)(nil),     // 12: idmint.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),    // 13: idmint.v1.ListTokensResponse
+	(*CreateTokenRequest)(nil),    // 14: idmint.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),   // 15: idmint.v1.CreateTokenResponse
+	(*RevokeTokenRequest)(nil),    // 16: idmint.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),   // 17: idmint.v1.RevokeTokenResponse
+	(*Standby)(nil),               // 18: idmint.v1.Standby
+	(*ListStandbysRequest)(nil),   // 19: idmint.v1.ListStandbysRequest
+	(*ListStandbysResponse)(nil),  // 20: idmint.v1.ListStandbysResponse
+	(*ForgetStandbyRequest)(nil),  // 21: idmint.v1.ForgetStandbyRequest
+	(*ForgetStandbyResponse)(nil), // 22: idmint.v1.ForgetStandbyResponse
+	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
 }
 var file_idmint_v1_admin_proto_depIdxs = []int32{
 	0,  // 0: idmint.v1.ListTagsResponse.tags:type_name -> idmint.v1.Tag
@@ -1016,29 +1442,40 @@ var file_idmint_v1_admin_proto_depIdxs = []int32{
 	0,  // 2: idmint.v1.GetTagResponse.tag:type_name -> idmint.v1.Tag
 	0,  // 3: idmint.v1.UpdateTagResponse.tag:type_name -> idmint.v1.Tag
 	0,  // 4: idmint.v1.BumpTagResponse.tag:type_name -> idmint.v1.Tag
-	16, // 5: idmint.v1.Standby.first_seen:type_name -> google.protobuf.Timestamp
-	16, // 6: idmint.v1.Standby.last_seen:type_name -> google.protobuf.Timestamp
-	16, // 7: idmint.v1.Standby.forgotten_at:type_name -> google.protobuf.Timestamp
-	11, // 8: idmint.v1.ListStandbysResponse.standbys:type_name -> idmint.v1.Standby
-	1,  // 9: idmint.v1.AdminService.ListTags:input_type -> idmint.v1.ListTagsRequest
-	3,  // 10: idmint.v1.AdminService.CreateTag:input_type -> idmint.v1.CreateTagRequest
-	5,  // 11: idmint.v1.AdminService.GetTag:input_type -> idmint.v1.GetTagRequest
-	7,  // 12: idmint.v1.AdminService.UpdateTag:input_type -> idmint.v1.UpdateTagRequest
-	9,  // 13: idmint.v1.AdminService.BumpTag:input_type -> idmint.v1.BumpTagRequest
-	12, // 14: idmint.v1.AdminService.ListStandbys:input_type -> idmint.v1.ListStandbysRequest
-	14, // 15: idmint.v1.AdminService.ForgetStandby:input_type -> idmint.v1.ForgetStandbyRequest
-	2,  // 16: idmint.v1.AdminService.ListTags:output_type -> idmint.v1.ListTagsResponse
-	4,  // 17: idmint.v1.AdminService.CreateTag:output_type -> idmint.v1.CreateTagResponse
-	6,  // 18: idmint.v1.AdminService.GetTag:output_type -> idmint.v1.GetTagResponse
-	8,  // 19: idmint.v1.AdminService.UpdateTag:output_type -> idmint.v1.UpdateTagResponse
-	10, // 20: idmint.v1.AdminService.BumpTag:output_type -> idmint.v1.BumpTagResponse
-	13, // 21: idmint.v1.AdminService.ListStandbys:output_type -> idmint.v1.ListStandbysResponse
-	15, // 22: idmint.v1.AdminService.ForgetStandby:output_type -> idmint.v1.ForgetStandbyResponse
-	16, // [16:23] is the sub-list for method output_type
-	9,  // [9:16] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	23, // 5: idmint.v1.Token.created_at:type_name -> google.protobuf.Timestamp
+	23, // 6: idmint.v1.Token.revoked_at:type_name -> google.protobuf.Timestamp
+	11, // 7: idmint.v1.ListTokensResponse.tokens:type_name -> idmint.v1.Token
+	11, // 8: idmint.v1.CreateTokenResponse.token:type_name -> idmint.v1.Token
+	11, // 9: idmint.v1.RevokeTokenResponse.token:type_name -> idmint.v1.Token
+	23, // 10: idmint.v1.Standby.first_seen:type_name -> google.protobuf.Timestamp
+	23, // 11: idmint.v1.Standby.last_seen:type_name -> google.protobuf.Timestamp
+	23, // 12: idmint.v1.Standby.forgotten_at:type_name -> google.protobuf.Timestamp
+	18, // 13: idmint.v1.ListStandbysResponse.standbys:type_name -> idmint.v1.Standby
+	1,  // 14: idmint.v1.AdminService.ListTags:input_type -> idmint.v1.ListTagsRequest
+	3,  // 15: idmint.v1.AdminService.CreateTag:input_type -> idmint.v1.CreateTagRequest
+	5,  // 16: idmint.v1.AdminService.GetTag:input_type -> idmint.v1.GetTagRequest
+	7,  // 17: idmint.v1.AdminService.UpdateTag:input_type -> idmint.v1.UpdateTagRequest
+	9,  // 18: idmint.v1.AdminService.BumpTag:input_type -> idmint.v1.BumpTagRequest
+	12, // 19: idmint.v1.AdminService.ListTokens:input_type -> idmint.v1.ListTokensRequest
+	14, // 20: idmint.v1.AdminService.CreateToken:input_type -> idmint.v1.CreateTokenRequest
+	16, // 21: idmint.v1.AdminService.RevokeToken:input_type -> idmint.v1.RevokeTokenRequest
+	19, // 22: idmint.v1.AdminService.ListStandbys:input_type -> idmint.v1.ListStandbysRequest
+	21, // 23: idmint.v1.AdminService.ForgetStandby:input_type -> idmint.v1.ForgetStandbyRequest
+	2,  // 24: idmint.v1.AdminService.ListTags:output_type -> idmint.v1.ListTagsResponse
+	4,  // 25: idmint.v1.AdminService.CreateTag:output_type -> idmint.v1.CreateTagResponse
+	6,  // 26: idmint.v1.AdminService.GetTag:output_type -> idmint.v1.GetTagResponse
+	8,  // 27: idmint.v1.AdminService.UpdateTag:output_type -> idmint.v1.UpdateTagResponse
+	10, // 28: idmint.v1.AdminService.BumpTag:output_type -> idmint.v1.BumpTagResponse
+	13, // 29: idmint.v1.AdminService.ListTokens:output_type -> idmint.v1.ListTokensResponse
+	15, // 30: idmint.v1.AdminService.CreateToken:output_type -> idmint.v1.CreateTokenResponse
+	17, // 31: idmint.v1.AdminService.RevokeToken:output_type -> idmint.v1.RevokeTokenResponse
+	20, // 32: idmint.v1.AdminService.ListStandbys:output_type -> idmint.v1.ListStandbysResponse
+	22, // 33: idmint.v1.AdminService.ForgetStandby:output_type -> idmint.v1.ForgetStandbyResponse
+	24, // [24:34] is the sub-list for method output_type
+	14, // [14:24] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_idmint_v1_admin_proto_init() }
@@ -1054,7 +1491,7 @@ func file_idmint_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_idmint_v1_admin_proto_rawDesc), len(file_idmint_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

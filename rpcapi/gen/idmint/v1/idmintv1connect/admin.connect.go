@@ -43,6 +43,14 @@ const (
 	AdminServiceUpdateTagProcedure = "/idmint.v1.AdminService/UpdateTag"
 	// AdminServiceBumpTagProcedure is the fully-qualified name of the AdminService's BumpTag RPC.
 	AdminServiceBumpTagProcedure = "/idmint.v1.AdminService/BumpTag"
+	// AdminServiceListTokensProcedure is the fully-qualified name of the AdminService's ListTokens RPC.
+	AdminServiceListTokensProcedure = "/idmint.v1.AdminService/ListTokens"
+	// AdminServiceCreateTokenProcedure is the fully-qualified name of the AdminService's CreateToken
+	// RPC.
+	AdminServiceCreateTokenProcedure = "/idmint.v1.AdminService/CreateToken"
+	// AdminServiceRevokeTokenProcedure is the fully-qualified name of the AdminService's RevokeToken
+	// RPC.
+	AdminServiceRevokeTokenProcedure = "/idmint.v1.AdminService/RevokeToken"
 	// AdminServiceListStandbysProcedure is the fully-qualified name of the AdminService's ListStandbys
 	// RPC.
 	AdminServiceListStandbysProcedure = "/idmint.v1.AdminService/ListStandbys"
@@ -65,6 +73,16 @@ type AdminServiceClient interface {
 	// BumpTag raises max_id, to a value or by an amount
 	// (POST /v1/tags/{biz_tag}/bump).
 	BumpTag(context.Context, *connect.Request[v1.BumpTagRequest]) (*connect.Response[v1.BumpTagResponse], error)
+	// ListTokens lists the tokens, revoked ones included, oldest first; never
+	// a secret or a hash (GET /v1/tokens).
+	ListTokens(context.Context, *connect.Request[v1.ListTokensRequest]) (*connect.Response[v1.ListTokensResponse], error)
+	// CreateToken makes a bearer token (POST /v1/tokens). Its reply is the
+	// only one that holds the secret.
+	CreateToken(context.Context, *connect.Request[v1.CreateTokenRequest]) (*connect.Response[v1.CreateTokenResponse], error)
+	// RevokeToken revokes a token for good (DELETE /v1/tokens/{id}).
+	// Revoking a revoked token answers it as it is; an unknown ID is
+	// NotFound (unknown_token).
+	RevokeToken(context.Context, *connect.Request[v1.RevokeTokenRequest]) (*connect.Response[v1.RevokeTokenResponse], error)
 	// ListStandbys lists the standbys idmint remembers, newest first
 	// (GET /v1/standbys).
 	ListStandbys(context.Context, *connect.Request[v1.ListStandbysRequest]) (*connect.Response[v1.ListStandbysResponse], error)
@@ -114,6 +132,24 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("BumpTag")),
 			connect.WithClientOptions(opts...),
 		),
+		listTokens: connect.NewClient[v1.ListTokensRequest, v1.ListTokensResponse](
+			httpClient,
+			baseURL+AdminServiceListTokensProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ListTokens")),
+			connect.WithClientOptions(opts...),
+		),
+		createToken: connect.NewClient[v1.CreateTokenRequest, v1.CreateTokenResponse](
+			httpClient,
+			baseURL+AdminServiceCreateTokenProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("CreateToken")),
+			connect.WithClientOptions(opts...),
+		),
+		revokeToken: connect.NewClient[v1.RevokeTokenRequest, v1.RevokeTokenResponse](
+			httpClient,
+			baseURL+AdminServiceRevokeTokenProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("RevokeToken")),
+			connect.WithClientOptions(opts...),
+		),
 		listStandbys: connect.NewClient[v1.ListStandbysRequest, v1.ListStandbysResponse](
 			httpClient,
 			baseURL+AdminServiceListStandbysProcedure,
@@ -136,6 +172,9 @@ type adminServiceClient struct {
 	getTag        *connect.Client[v1.GetTagRequest, v1.GetTagResponse]
 	updateTag     *connect.Client[v1.UpdateTagRequest, v1.UpdateTagResponse]
 	bumpTag       *connect.Client[v1.BumpTagRequest, v1.BumpTagResponse]
+	listTokens    *connect.Client[v1.ListTokensRequest, v1.ListTokensResponse]
+	createToken   *connect.Client[v1.CreateTokenRequest, v1.CreateTokenResponse]
+	revokeToken   *connect.Client[v1.RevokeTokenRequest, v1.RevokeTokenResponse]
 	listStandbys  *connect.Client[v1.ListStandbysRequest, v1.ListStandbysResponse]
 	forgetStandby *connect.Client[v1.ForgetStandbyRequest, v1.ForgetStandbyResponse]
 }
@@ -165,6 +204,21 @@ func (c *adminServiceClient) BumpTag(ctx context.Context, req *connect.Request[v
 	return c.bumpTag.CallUnary(ctx, req)
 }
 
+// ListTokens calls idmint.v1.AdminService.ListTokens.
+func (c *adminServiceClient) ListTokens(ctx context.Context, req *connect.Request[v1.ListTokensRequest]) (*connect.Response[v1.ListTokensResponse], error) {
+	return c.listTokens.CallUnary(ctx, req)
+}
+
+// CreateToken calls idmint.v1.AdminService.CreateToken.
+func (c *adminServiceClient) CreateToken(ctx context.Context, req *connect.Request[v1.CreateTokenRequest]) (*connect.Response[v1.CreateTokenResponse], error) {
+	return c.createToken.CallUnary(ctx, req)
+}
+
+// RevokeToken calls idmint.v1.AdminService.RevokeToken.
+func (c *adminServiceClient) RevokeToken(ctx context.Context, req *connect.Request[v1.RevokeTokenRequest]) (*connect.Response[v1.RevokeTokenResponse], error) {
+	return c.revokeToken.CallUnary(ctx, req)
+}
+
 // ListStandbys calls idmint.v1.AdminService.ListStandbys.
 func (c *adminServiceClient) ListStandbys(ctx context.Context, req *connect.Request[v1.ListStandbysRequest]) (*connect.Response[v1.ListStandbysResponse], error) {
 	return c.listStandbys.CallUnary(ctx, req)
@@ -189,6 +243,16 @@ type AdminServiceHandler interface {
 	// BumpTag raises max_id, to a value or by an amount
 	// (POST /v1/tags/{biz_tag}/bump).
 	BumpTag(context.Context, *connect.Request[v1.BumpTagRequest]) (*connect.Response[v1.BumpTagResponse], error)
+	// ListTokens lists the tokens, revoked ones included, oldest first; never
+	// a secret or a hash (GET /v1/tokens).
+	ListTokens(context.Context, *connect.Request[v1.ListTokensRequest]) (*connect.Response[v1.ListTokensResponse], error)
+	// CreateToken makes a bearer token (POST /v1/tokens). Its reply is the
+	// only one that holds the secret.
+	CreateToken(context.Context, *connect.Request[v1.CreateTokenRequest]) (*connect.Response[v1.CreateTokenResponse], error)
+	// RevokeToken revokes a token for good (DELETE /v1/tokens/{id}).
+	// Revoking a revoked token answers it as it is; an unknown ID is
+	// NotFound (unknown_token).
+	RevokeToken(context.Context, *connect.Request[v1.RevokeTokenRequest]) (*connect.Response[v1.RevokeTokenResponse], error)
 	// ListStandbys lists the standbys idmint remembers, newest first
 	// (GET /v1/standbys).
 	ListStandbys(context.Context, *connect.Request[v1.ListStandbysRequest]) (*connect.Response[v1.ListStandbysResponse], error)
@@ -234,6 +298,24 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("BumpTag")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceListTokensHandler := connect.NewUnaryHandler(
+		AdminServiceListTokensProcedure,
+		svc.ListTokens,
+		connect.WithSchema(adminServiceMethods.ByName("ListTokens")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceCreateTokenHandler := connect.NewUnaryHandler(
+		AdminServiceCreateTokenProcedure,
+		svc.CreateToken,
+		connect.WithSchema(adminServiceMethods.ByName("CreateToken")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceRevokeTokenHandler := connect.NewUnaryHandler(
+		AdminServiceRevokeTokenProcedure,
+		svc.RevokeToken,
+		connect.WithSchema(adminServiceMethods.ByName("RevokeToken")),
+		connect.WithHandlerOptions(opts...),
+	)
 	adminServiceListStandbysHandler := connect.NewUnaryHandler(
 		AdminServiceListStandbysProcedure,
 		svc.ListStandbys,
@@ -258,6 +340,12 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceUpdateTagHandler.ServeHTTP(w, r)
 		case AdminServiceBumpTagProcedure:
 			adminServiceBumpTagHandler.ServeHTTP(w, r)
+		case AdminServiceListTokensProcedure:
+			adminServiceListTokensHandler.ServeHTTP(w, r)
+		case AdminServiceCreateTokenProcedure:
+			adminServiceCreateTokenHandler.ServeHTTP(w, r)
+		case AdminServiceRevokeTokenProcedure:
+			adminServiceRevokeTokenHandler.ServeHTTP(w, r)
 		case AdminServiceListStandbysProcedure:
 			adminServiceListStandbysHandler.ServeHTTP(w, r)
 		case AdminServiceForgetStandbyProcedure:
@@ -289,6 +377,18 @@ func (UnimplementedAdminServiceHandler) UpdateTag(context.Context, *connect.Requ
 
 func (UnimplementedAdminServiceHandler) BumpTag(context.Context, *connect.Request[v1.BumpTagRequest]) (*connect.Response[v1.BumpTagResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("idmint.v1.AdminService.BumpTag is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ListTokens(context.Context, *connect.Request[v1.ListTokensRequest]) (*connect.Response[v1.ListTokensResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("idmint.v1.AdminService.ListTokens is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) CreateToken(context.Context, *connect.Request[v1.CreateTokenRequest]) (*connect.Response[v1.CreateTokenResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("idmint.v1.AdminService.CreateToken is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) RevokeToken(context.Context, *connect.Request[v1.RevokeTokenRequest]) (*connect.Response[v1.RevokeTokenResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("idmint.v1.AdminService.RevokeToken is not implemented"))
 }
 
 func (UnimplementedAdminServiceHandler) ListStandbys(context.Context, *connect.Request[v1.ListStandbysRequest]) (*connect.Response[v1.ListStandbysResponse], error) {
