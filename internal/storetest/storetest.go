@@ -742,6 +742,26 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		}
 	})
 
+	t.Run("a lookup carries the tag's settings as they are now", func(t *testing.T) {
+		// A recovered segment is served under the tag's settings of the
+		// moment, as a new one is: the SQL stores read them from the tag's
+		// row, so every store must.
+		s := open(t)
+		createTag(t, s, allocator.TagSpec{Name: "slow", Step: 10, Runway: 8 * time.Second})
+		req := NewRequest("slow", 10)
+		mustAllocate(t, s, req)
+		if _, err := s.SetRunway(t.Context(), "slow", 90*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.SetStep(t.Context(), "slow", 20, 400); err != nil {
+			t.Fatal(err)
+		}
+		seg, err := s.Lookup(t.Context(), req.ID)
+		if err != nil || seg.Runway != 90*time.Second || seg.Step != 20 || seg.MaxStep != 400 || seg.First != 1 || seg.Last != 10 {
+			t.Fatalf("Lookup after SetRunway and SetStep = %+v, %v; want [1, 10], step 20, max_step 400, runway 1m30s", seg, err)
+		}
+	})
+
 	t.Run("start and bump leave room for one segment below 2^63-1", func(t *testing.T) {
 		s := open(t)
 		const step = 100
