@@ -103,7 +103,8 @@ type Granter interface {
 	// only if request id is held by h (the same principal and holder key
 	// hash; an instance's segment is held by nobody), [first, last] is the
 	// tail of the range granted to it, max_id is still last, and no other
-	// request was ever granted an ID at or above first; the holder is
+	// request keeps an ID at or above first (one given back in full keeps
+	// none); the holder is
 	// checked in the same atomic step as the rest. It reports whether it
 	// did; false is no error. A request held by another (or by an instance)
 	// is ErrNotHolder, and changes nothing.

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -397,4 +398,78 @@ func TestService_Health(t *testing.T) {
 	if err != nil || resp.Status != grpchealth.StatusNotServing {
 		t.Fatalf("Check after close = %v, %v; want NOT_SERVING", resp, err)
 	}
+}
+
+// withHeaders sends the header name-value pairs as metadata on every call.
+func withHeaders(kv ...string) connect.ClientOption {
+	return connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			for i := 0; i+1 < len(kv); i += 2 {
+				req.Header().Add(kv[i], kv[i+1])
+			}
+			return next(ctx, req)
+		}
+	}))
+}
+
+// TestGateway_CallerHeaders: a procedure's route sees the call's peer
+// address and its Authorization, nothing else of its metadata. A login
+// cookie in the metadata lets no call in (it is for browsers on the
+// monitoring pages only), and a forged X-Forwarded-For does not move a
+// call to another address's rate limit.
+func TestGateway_CallerHeaders(t *testing.T) {
+	ctx := context.Background()
+	m := memstore.New()
+	if _, err := m.CreateTag(ctx, allocator.TagSpec{Name: "order", Step: 10}); err != nil {
+		t.Fatal(err)
+	}
+	tk, monitor, err := token.New("monitor", []string{"monitor"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.CreateToken(ctx, tk); err != nil {
+		t.Fatal(err)
+	}
+	alloc := allocator.New(allocator.Config{Store: m, Logger: quiet(), Instance: "test"})
+	t.Cleanup(func() { alloc.Close(context.Background()) })
+	// A clock that stands still: the address's limit never refills.
+	now := time.Now()
+	srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: alloc, Logger: quiet(), Admin: m,
+		Now:    func() time.Time { return now },
+		Auth:   httpapi.AuthConfig{Tokens: m, ProtectMonitoring: true},
+		Limits: httpapi.Limits{IDsPerSecondPerAddress: 1}, MaxCount: 10,
+		RPC: rpcapi.New()}))
+	t.Cleanup(srv.Close)
+
+	t.Run("a login cookie is no credential for a call", func(t *testing.T) {
+		c := grpchealth.NewClient(http.DefaultClient, srv.URL, connect.WithGRPC(),
+			withHeaders("Cookie", httpapi.MonitorCookie+"="+monitor))
+		_, err := c.Check(ctx, &grpchealth.CheckRequest{})
+		if connect.CodeOf(err) != connect.CodeUnauthenticated {
+			t.Fatalf("health check with the login cookie only = %v, want Unauthenticated", err)
+		}
+		c = grpchealth.NewClient(http.DefaultClient, srv.URL, connect.WithGRPC(), bearer(monitor))
+		if _, err := c.Check(ctx, &grpchealth.CheckRequest{}); err != nil {
+			t.Fatalf("health check with the token as a bearer = %v", err)
+		}
+	})
+
+	t.Run("X-Forwarded-For does not move a call to another address", func(t *testing.T) {
+		var codes []connect.Code
+		for i := range 3 {
+			c := idmintv1connect.NewIDServiceClient(http.DefaultClient, srv.URL, connect.WithGRPC(),
+				withHeaders("X-Forwarded-For", "192.0.2."+strconv.Itoa(i+1), "X-Real-Ip", "192.0.2."+strconv.Itoa(i+1)))
+			_, err := c.NextIDs(ctx, connect.NewRequest(&idmintv1.NextIDsRequest{BizTag: "order", Count: 10}))
+			code := connect.Code(0) // OK
+			if err != nil {
+				code = connect.CodeOf(err)
+			}
+			codes = append(codes, code)
+		}
+		// The limit's burst admits one request of the largest count
+		// (10): the calls after it wait on the same address's limit.
+		if codes[0] != 0 || codes[1] != connect.CodeResourceExhausted || codes[2] != connect.CodeResourceExhausted {
+			t.Fatalf("codes of three calls of 10 ids under forged addresses = %v, want OK then ResourceExhausted twice", codes)
+		}
+	})
 }

@@ -199,7 +199,10 @@ func (g *Generator) checkLocked(now time.Time) (int64, error) {
 	case g.suspended != nil:
 		g.refused[reasonSkew].Add(1)
 		return 0, g.suspended
-	case now.After(g.win.Deadline), ms > g.win.End:
+	// At the deadline the window has ended: from that instant on the
+	// node releases the lease (Node.renew) with the last millisecond
+	// used as the next holder's floor.
+	case !now.Before(g.win.Deadline), ms > g.win.End:
 		g.refused[reasonExpired].Add(1)
 		return 0, fmt.Errorf("%w: worker id %d, epoch %d: the lease was not renewed in time", ErrLeaseExpired, g.win.Worker, g.win.Epoch)
 	}
@@ -261,7 +264,7 @@ func (g *Generator) Ready() error {
 		return ErrNoWorker
 	case g.suspended != nil:
 		return g.suspended
-	case now.After(g.win.Deadline), ms > g.win.End:
+	case !now.Before(g.win.Deadline), ms > g.win.End:
 		return ErrLeaseExpired
 	case time.Duration(max(g.win.Start, g.last)-ms)*time.Millisecond > g.maxWait:
 		return ErrClockBackwards

@@ -30,7 +30,7 @@ func (m *Store) GiveBackRange(ctx context.Context, id uuid.UUID, h allocator.Hol
 		if from, ok := m.returned[rid]; ok {
 			kept = from - 1
 		}
-		if rid != id && seg.Tag == tag && kept >= first {
+		if rid != id && seg.Tag == tag && kept >= max(first, seg.First) {
 			return false, nil
 		}
 	}

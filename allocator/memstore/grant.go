@@ -49,6 +49,10 @@ func (m *Store) Lookup(ctx context.Context, id uuid.UUID) (allocator.Segment, er
 		return allocator.Segment{}, allocator.ErrNotFound
 	}
 	seg.Repaired, seg.FoundMaxID = false, 0 // as a segment log row: no repair recorded
+	if t := m.tags[seg.Tag]; t != nil {
+		// The tag's settings now, as the SQL stores join its row.
+		seg.Step, seg.MaxStep, seg.Runway = t.Step, t.MaxStep, t.Runway
+	}
 	if from, ok := m.returned[id]; ok {
 		seg.Last = from - 1 // a give-back took the rest
 	}

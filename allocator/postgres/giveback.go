@@ -16,8 +16,9 @@ import (
 // segment log: [$3, $4] is the tail of request $1's segment, which gave
 // nothing back yet and is held by principal $5 with holder key hash $6 (an
 // instance's segment has neither, and matches no caller), and no other
-// request keeps an ID at or above $3 (a row's kept part ends at
-// returned_from - 1, or last_id). The guard makes a late, repeated or
+// request keeps an ID at or above $3 (a row keeps [first_id,
+// returned_from - 1], or up to last_id; a row given back in full keeps
+// nothing, so the tail that touches it goes back after it). The guard makes a late, repeated or
 // stranger's give-back harmless: once another request was granted IDs of
 // the tail, max_id may end at $4 again, but the log shows that request.
 const giveBackRangeSQL = `
@@ -29,7 +30,7 @@ WHERE biz_tag = $2 AND max_id = $4
                 AND principal = $5
                 AND holder_hash = $6)
   AND NOT EXISTS (SELECT 1 FROM idmint_segments
-                  WHERE biz_tag = $2 AND COALESCE(returned_from - 1, last_id) >= $3 AND request_id <> $1)`
+                  WHERE biz_tag = $2 AND COALESCE(returned_from - 1, last_id) >= GREATEST($3, first_id) AND request_id <> $1)`
 
 // holderOfSQL reads a request's holder, to tell a give-back refused for
 // its holder from one refused for the state of the tag.

@@ -25,7 +25,7 @@ WHERE biz_tag = ?2 AND max_id = ?4
                 AND principal = ?5
                 AND holder_hash = ?6)
   AND NOT EXISTS (SELECT 1 FROM idmint_segments
-                  WHERE biz_tag = ?2 AND COALESCE(returned_from - 1, last_id) >= ?3 AND request_id <> ?1)`,
+                  WHERE biz_tag = ?2 AND COALESCE(returned_from - 1, last_id) >= MAX(?3, first_id) AND request_id <> ?1)`,
 			id.String(), tag, first, last, principal, hash)
 		if err != nil {
 			return err

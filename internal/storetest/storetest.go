@@ -487,6 +487,27 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		}
 	})
 
+	t.Run("a range given back in full keeps nothing: the tail before it goes back too", func(t *testing.T) {
+		// A client closing gives back its next range, unused, then the
+		// tail of its current one, which touches it (segment.Set.Close).
+		s := open(t)
+		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10})
+		holder := allocator.NewHolder("anonymous", "key")
+		cur, next := NewRequest("order", 10), NewRequest("order", 10)
+		cur.Holder, next.Holder = holder, holder
+		mustAllocate(t, s, cur)  // [1, 10], served up to 4
+		mustAllocate(t, s, next) // [11, 20], unused
+		if done, err := s.GiveBackRange(t.Context(), next.ID, holder, "order", 11, 20); err != nil || !done {
+			t.Fatalf("give back the next range [11, 20] = %v, %v", done, err)
+		}
+		if done, err := s.GiveBackRange(t.Context(), cur.ID, holder, "order", 5, 10); err != nil || !done {
+			t.Fatalf("give back the current range's tail [5, 10] after the next range = %v, %v; want given back", done, err)
+		}
+		if got := maxID(t, s, "order"); got != 4 {
+			t.Fatalf("max_id %d, want 4", got)
+		}
+	})
+
 	t.Run("concurrent allocations never overlap", func(t *testing.T) {
 		const goroutines, each = 16, 40
 		s := open(t)
@@ -739,6 +760,26 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		}
 		if tag, err := s.SetRunway(t.Context(), "slow", 0); err != nil || tag.Runway != 0 {
 			t.Fatalf("SetRunway(0) = %+v, %v", tag, err)
+		}
+	})
+
+	t.Run("a lookup carries the tag's settings as they are now", func(t *testing.T) {
+		// A recovered segment is served under the tag's settings of the
+		// moment, as a new one is: the SQL stores read them from the tag's
+		// row, so every store must.
+		s := open(t)
+		createTag(t, s, allocator.TagSpec{Name: "slow", Step: 10, Runway: 8 * time.Second})
+		req := NewRequest("slow", 10)
+		mustAllocate(t, s, req)
+		if _, err := s.SetRunway(t.Context(), "slow", 90*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.SetStep(t.Context(), "slow", 20, 400); err != nil {
+			t.Fatal(err)
+		}
+		seg, err := s.Lookup(t.Context(), req.ID)
+		if err != nil || seg.Runway != 90*time.Second || seg.Step != 20 || seg.MaxStep != 400 || seg.First != 1 || seg.Last != 10 {
+			t.Fatalf("Lookup after SetRunway and SetStep = %+v, %v; want [1, 10], step 20, max_step 400, runway 1m30s", seg, err)
 		}
 	})
 
