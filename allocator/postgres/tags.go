@@ -20,8 +20,8 @@ func (p *Store) CreateTag(ctx context.Context, spec allocator.TagSpec) (allocato
 		return allocator.Tag{}, err
 	}
 	t, err := sqlstore.ScanTag(p.pool.QueryRow(ctx, `
-INSERT INTO idmint_tags (biz_tag, max_id, step, max_step, description)
-VALUES ($1, $2, $3, NULLIF($4, 0), $5)
+INSERT INTO idmint_tags (biz_tag, max_id, step, max_step, description, runway_ms)
+VALUES ($1, $2, $3, NULLIF($4, 0), $5, $6)
 RETURNING `+sqlstore.TagColumns, spec.Name, spec.Start-1, spec.Step, spec.MaxStep, spec.Description, spec.Runway.Milliseconds()))
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" {

@@ -33,8 +33,8 @@ func (s *Store) CreateTag(ctx context.Context, spec allocator.TagSpec) (allocato
 	err = s.write(ctx, func(tx *sql.Tx) error {
 		var err error
 		t, err = sqlstore.ScanTag(tx.QueryRowContext(ctx, `
-INSERT INTO idmint_tags (biz_tag, max_id, step, max_step, description)
-VALUES (?, ?, ?, NULLIF(?, 0), ?)
+INSERT INTO idmint_tags (biz_tag, max_id, step, max_step, description, runway_ms)
+VALUES (?, ?, ?, NULLIF(?, 0), ?, ?)
 RETURNING `+sqlstore.TagColumns, spec.Name, spec.Start-1, spec.Step, spec.MaxStep, spec.Description, spec.Runway.Milliseconds()))
 		if isConstraint(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
 			return fmt.Errorf("%w: %q", allocator.ErrExists, spec.Name)
