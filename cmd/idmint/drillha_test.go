@@ -401,13 +401,19 @@ func drillHA(ctx context.Context, t *testing.T, bin string, r *haResult, cfg haC
 		// The crash comes once every instance's buffer holds the tag's
 		// runway at the rate it measured: what a production instance
 		// under steady load holds when its database fails.
+		want, err := time.ParseDuration(haRealisticRunway)
+		if err != nil {
+			t.Fatal(err)
+		}
 		var held []runwayState
 		met := func() bool {
 			held = held[:0]
 			for _, p := range procs {
 				st := runwayOf(t, p)
 				held = append(held, st)
-				if !st.Met {
+				// The tag's runway in force, not none: a buffer without
+				// one is "met" at once.
+				if !st.Met || st.Runway != want.Seconds() {
 					return false
 				}
 			}
