@@ -129,8 +129,10 @@ drill:
 # (every run a negative control), DRILL_CONTROL=0 (no control run) and
 # DRILL_DEPLOY=0 (no walk-through). DRILL_TAGS says which tags: tiny (a grant
 # every 50 IDs: the buffers run dry at once, so the failover shows) and
-# realistic (steps sized for the load: buffers outlast the failover, and the
-# run fails on any 503 or unanswered request); DRILL_REALISTIC_MODES (default
+# realistic (a 60 s tag runway, the default step: the ranges grow from the
+# measured rate until the buffers outlast the failover, the leader crashes
+# once they hold the runway, and the run fails on any 503 or unanswered
+# request); DRILL_REALISTIC_MODES (default
 # async) the modes of the realistic runs. Each run prints a "drill-ha:" line, e.g.
 # make drill-ha DRILL_MODES=async DRILL_RUNS=10 DRILL_CONTROL=0 DRILL_DEPLOY=0
 DRILL_MODES   ?= sync async

@@ -86,6 +86,9 @@ func New(cfg Config) *Allocator {
 	if cfg.RoundTrip != nil {
 		// A load is given the attempts its round trips need.
 		cfg.Segment.AdaptTimeout = a.loadTimeout
+		// A cold tag's first request waits for as long as one fetch
+		// attempt may take at this round trip.
+		cfg.Segment.ColdWait = a.coldWait
 	}
 	sc := segment.SetConfig{
 		Granter:    storeGranter{a},
@@ -100,7 +103,7 @@ func New(cfg Config) *Allocator {
 	if r := cfg.LogRetention; r > 0 {
 		sc.ResumeWithin = r / 2
 	}
-	a.catalog = &catalog{lister: cfg.Store, interval: cfg.CatalogInterval, timeout: cfg.AttemptTimeout, now: cfg.Now}
+	a.catalog = &catalog{lister: cfg.Store, interval: cfg.CatalogInterval, timeout: a.attemptTimeout, now: cfg.Now}
 	sc.Check = a.known
 	a.set = segment.NewSet(sc)
 	return a

@@ -18,8 +18,10 @@ import (
 type catalog struct {
 	lister   Admin // reads Tags
 	interval time.Duration
-	timeout  time.Duration
-	now      func() time.Time
+	// timeout bounds one read: the attempt timeout, following the round
+	// trip as the other store calls do.
+	timeout func() time.Duration
+	now     func() time.Time
 
 	mu sync.Mutex // protects the fields below
 	// names is the last successful read; readAt when the last read (or
@@ -75,7 +77,7 @@ func (c *catalog) known(ctx context.Context, tag string) (bool, error) {
 // request that found the catalog stale, bounded by its own timeout rather
 // than that request's context, since other requests wait on it.
 func (c *catalog) read(ctx context.Context, done chan struct{}) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout())
 	tags, err := c.lister.Tags(ctx)
 	cancel()
 	c.mu.Lock()

@@ -65,3 +65,42 @@ func TestAllocator_Catalog(t *testing.T) {
 		t.Fatalf("TagStats(made-up) = %v, want ErrUnknownTag", err)
 	}
 }
+
+// deadlineStore records how much time each catalog read was given.
+type deadlineStore struct {
+	allocator.Store
+	mu     sync.Mutex
+	budget []time.Duration
+}
+
+func (s *deadlineStore) Tags(ctx context.Context) ([]allocator.Tag, error) {
+	if d, ok := ctx.Deadline(); ok {
+		s.mu.Lock()
+		s.budget = append(s.budget, time.Until(d))
+		s.mu.Unlock()
+	}
+	return s.Store.Tags(ctx)
+}
+
+// TestAllocator_CatalogReadFollowsRoundTrip: the catalog read is bounded
+// by the attempt timeout as it follows the round trip, as the other store
+// calls are, not by the fixed floor: at a 1 s round trip a read gets far
+// more than the 100 ms floor.
+func TestAllocator_CatalogReadFollowsRoundTrip(t *testing.T) {
+	store := &deadlineStore{Store: memStore(t, "order")}
+	rt := allocator.NewRoundTrip(0, 0)
+	rt.Observe(time.Second)
+	a := newAllocator(t, store, func(c *allocator.Config) {
+		c.AttemptTimeout = 100 * time.Millisecond
+		c.RoundTrip = rt
+	})
+	if _, err := a.Next(context.Background(), "order"); err != nil {
+		t.Fatal(err)
+	}
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	want := a.RoundTrip().FetchTimeout
+	if len(store.budget) != 1 || store.budget[0] <= want/2 {
+		t.Fatalf("catalog reads given %v; want one, given about the fetch timeout %v", store.budget, want)
+	}
+}

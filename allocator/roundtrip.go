@@ -145,6 +145,15 @@ func (a *Allocator) loadTimeout(floor time.Duration) time.Duration {
 	return max(floor, loadAttempts*a.attemptTimeout())
 }
 
+// coldWait bounds a cold tag's first wait: wait (segment.Config.WaitTimeout),
+// or as long as one fetch attempt may take at the round trip measured
+// (Factor × RTT, the adaptive part of the attempt timeout) when that is
+// more. A nearby database leaves wait; one a WAN away, where a first fetch
+// on a new connection takes several round trips, raises it.
+func (a *Allocator) coldWait(wait time.Duration) time.Duration {
+	return a.cfg.RoundTrip.Timeout(wait)
+}
+
 // RoundTrip reports the store's estimated round trip and the timeouts it
 // gives (fixed ones when Config.RoundTrip is nil).
 func (a *Allocator) RoundTrip() RoundTripStatus {

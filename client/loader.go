@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
+	"time"
 
 	"github.com/idmint/idmint/segment"
 	"github.com/idmint/idmint/wire"
@@ -147,6 +149,9 @@ func (c *Client) grant(ctx context.Context, base string, req segment.Request, fl
 		MaxStep:   reply.MaxStep,
 		RequestID: reply.RequestID,
 		Recovered: reply.Recovered,
+		// The tag's own runway replaces Config.Runway in the buffer when
+		// above 0, as in an instance's (segment.Grant.Runway).
+		Runway: runwayOf(reply.RunwaySeconds),
 	}, nil
 }
 
@@ -222,4 +227,21 @@ func (c *Client) post(ctx context.Context, url string, body, out any, header ...
 		return fmt.Errorf("decode reply of %s: %w", url, err)
 	}
 	return nil
+}
+
+// maxRunway bounds a tag's runway taken from a reply, as the schemas do
+// (allocator.MaxRunway): a reply past it is read as the bound.
+const maxRunway = 24 * time.Hour
+
+// runwayOf converts a reply's runway_seconds to a duration; a negative or
+// non-number value (an instance that cannot mean it) reads as 0, which
+// keeps the client's own runway.
+func runwayOf(seconds float64) time.Duration {
+	switch {
+	case !(seconds > 0):
+		return 0
+	case seconds >= maxRunway.Seconds():
+		return maxRunway
+	}
+	return time.Duration(math.Round(seconds*1000)) * time.Millisecond
 }

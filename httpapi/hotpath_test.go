@@ -229,3 +229,41 @@ func TestServer_Recoverer_Metrics(t *testing.T) {
 }
 
 var _ http.Handler = (*httpapi.Server)(nil)
+
+// deadlineAllocator records the time left to each Next's context.
+type deadlineAllocator struct {
+	httpapi.Allocator
+	left chan time.Duration
+}
+
+func (d deadlineAllocator) Next(ctx context.Context, tag string) (int64, error) {
+	if dl, ok := ctx.Deadline(); ok {
+		d.left <- time.Until(dl)
+	}
+	return d.Allocator.Next(ctx, tag)
+}
+
+// TestServer_RequestTimeoutFollowsRoundTrip: a request is bounded by
+// RequestTimeout or, at a database whose round trip asks for more (a cold
+// tag's first fetch a WAN away), by the allocator's Timeout: the 50 ms
+// floor gives way to the 30 s that 20 round trips of 5 s reach.
+func TestServer_RequestTimeoutFollowsRoundTrip(t *testing.T) {
+	m := memstore.New()
+	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order"}); err != nil {
+		t.Fatal(err)
+	}
+	rt := allocator.NewRoundTrip(0, 0)
+	rt.Observe(5 * time.Second)
+	a := allocator.New(allocator.Config{Store: m, Logger: quiet(), RoundTrip: rt})
+	t.Cleanup(func() { a.Close(context.Background()) })
+	d := deadlineAllocator{Allocator: a, left: make(chan time.Duration, 1)}
+	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: d, Logger: quiet(), RequestTimeout: 50 * time.Millisecond})))
+	defer srv.Close()
+	if status, _, body := getURL(t, srv.URL+"/id?biz_tag=order"); status != 200 {
+		t.Fatalf("status %d: %s", status, body)
+	}
+	want := a.Timeout(50 * time.Millisecond)
+	if left := <-d.left; left <= want/2 || want < time.Second {
+		t.Fatalf("request given %v with the allocator's timeout at %v; want about that", left, want)
+	}
+}

@@ -35,15 +35,16 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	ex.rec = recorder{ResponseWriter: w}
 	ex.route.Reset()
 	ex.route.Routes = s.router
-	rc := &requestContext{
-		Context:  r.Context(),
-		deadline: s.cfg.Now().Add(s.cfg.RequestTimeout),
-		route:    &ex.route,
-		header:   r.Header,
-		seq:      s.requestSeq.Add(1),
-		prefix:   s.requestPrefix,
-	}
 	start := s.cfg.Now()
+	rc := &requestContext{
+		Context: r.Context(),
+		srv:     s,
+		start:   start,
+		route:   &ex.route,
+		header:  r.Header,
+		seq:     s.requestSeq.Add(1),
+		prefix:  s.requestPrefix,
+	}
 	// One WithContext for everything: chi finds its routing context in rc
 	// and does not make its own.
 	r = r.WithContext(rc)
@@ -80,11 +81,17 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 // served from memory never does.
 type requestContext struct {
 	context.Context // the server's: cancelled when the client goes away
-	deadline        time.Time
-	route           *chi.Context
-	header          http.Header
-	seq             uint64
-	prefix          string
+	srv             *Server
+	start           time.Time // when the request came
+	// deadline is start plus the server's request timeout at the round
+	// trip of the moment, worked out on first use (deadlineOnce): most
+	// requests are served from memory and never ask.
+	deadlineOnce sync.Once
+	deadline     time.Time
+	route        *chi.Context
+	header       http.Header
+	seq          uint64
+	prefix       string
 
 	once    sync.Once
 	made    atomic.Bool     // set once bounded is made
@@ -94,10 +101,17 @@ type requestContext struct {
 
 // Deadline implements context.Context.
 func (c *requestContext) Deadline() (time.Time, bool) {
-	if d, ok := c.Context.Deadline(); ok && d.Before(c.deadline) {
+	own := c.ownDeadline()
+	if d, ok := c.Context.Deadline(); ok && d.Before(own) {
 		return d, true
 	}
-	return c.deadline, true
+	return own, true
+}
+
+// ownDeadline returns the request's deadline, working it out once.
+func (c *requestContext) ownDeadline() time.Time {
+	c.deadlineOnce.Do(func() { c.deadline = c.start.Add(c.srv.requestTimeout()) })
+	return c.deadline
 }
 
 // Done implements context.Context; the first call starts the timer.
@@ -127,7 +141,7 @@ func (c *requestContext) Value(key any) any {
 // the request is done.
 func (c *requestContext) bound() context.Context {
 	c.once.Do(func() {
-		c.bounded, c.cancel = context.WithDeadline(c.Context, c.deadline)
+		c.bounded, c.cancel = context.WithDeadline(c.Context, c.ownDeadline())
 		c.made.Store(true)
 	})
 	if c.bounded == nil {
@@ -142,6 +156,14 @@ func (c *requestContext) finish() {
 	if c.cancel != nil {
 		c.cancel()
 	}
+}
+
+// requestTimeout bounds one request: RequestTimeout, or as long as one
+// store call may take at the database's round trip when that is more (a
+// cold tag's first fetch, a range grant, an admin call to a database a WAN
+// away), as the allocator's own waits follow it.
+func (s *Server) requestTimeout() time.Duration {
+	return s.cfg.Allocator.Timeout(s.cfg.RequestTimeout)
 }
 
 // requestID is the request's X-Request-Id header, or else a name made of

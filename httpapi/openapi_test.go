@@ -185,7 +185,7 @@ func TestOpenAPI_Validator(t *testing.T) {
 		{"GET", "/id?biz_tag=order", 200, `{"biz_tag":"order","id":"5"}`},
 		{"GET", "/nope", 404, `{"error":{"code":"not_found","message":"no such endpoint: /nope; see /id/dashboard (the live view), /id/health (health as JSON) and /openapi.yaml (every route)"}}`},
 		{"GET", "/v1/segments", 405, `{"error":{"code":"method_not_allowed","message":"use POST"}}`},
-		{"POST", "/v1/segments", 200, `{"biz_tag":"order","request_id":"0190d6a2-7f3c-7b1e-9a4b-2f1e3d5c6b7a","first":"1","last":"10","step":10,"max_step":100,"recovered":true}`},
+		{"POST", "/v1/segments", 200, `{"biz_tag":"order","request_id":"0190d6a2-7f3c-7b1e-9a4b-2f1e3d5c6b7a","first":"1","last":"10","step":10,"max_step":100,"recovered":true,"runway_seconds":60}`},
 	}
 	for _, g := range good {
 		req := httptest.NewRequest(g.method, g.path, nil)

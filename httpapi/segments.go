@@ -78,7 +78,7 @@ func (s *Server) handleGrant(w http.ResponseWriter, r *http.Request, g SegmentGr
 	charge.settle(seg.Last - seg.First + 1)
 	writeJSON(w, http.StatusOK, wire.SegmentResponse{
 		Tag: req.Tag, RequestID: id.String(), First: seg.First, Last: seg.Last,
-		Step: seg.Step, MaxStep: seg.MaxStep, Recovered: recovered,
+		Step: seg.Step, MaxStep: seg.MaxStep, Recovered: recovered, RunwaySeconds: seg.Runway.Seconds(),
 	})
 }
 

@@ -171,7 +171,7 @@ func (h segments) GrantRange(ctx context.Context, req *connect.Request[idmintv1.
 		return nil, err
 	}
 	return connect.NewResponse(&idmintv1.GrantRangeResponse{BizTag: out.Tag, RequestId: out.RequestID, First: out.First,
-		Last: out.Last, Step: out.Step, MaxStep: out.MaxStep, Recovered: out.Recovered}), nil
+		Last: out.Last, Step: out.Step, MaxStep: out.MaxStep, Recovered: out.Recovered, RunwaySeconds: out.RunwaySeconds}), nil
 }
 
 func (h segments) GiveBack(ctx context.Context, req *connect.Request[idmintv1.GiveBackRequest]) (*connect.Response[idmintv1.GiveBackResponse], error) {

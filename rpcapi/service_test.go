@@ -230,13 +230,18 @@ func TestService_Segments(t *testing.T) {
 	c := idmintv1connect.NewSegmentServiceClient(http.DefaultClient, f.url)
 	id := uuid.Must(uuid.NewV7()).String()
 	key := strings.Repeat("k", 32)
+	// The tag's own runway comes with the range, for the caller's buffer.
+	admin := idmintv1connect.NewAdminServiceClient(http.DefaultClient, f.url, bearer(f.admin))
+	if _, err := admin.UpdateTag(ctx, connect.NewRequest(&idmintv1.UpdateTagRequest{BizTag: "order", RunwaySeconds: proto.Float64(90)})); err != nil {
+		t.Fatal(err)
+	}
 	grant := &idmintv1.GrantRangeRequest{BizTag: "order", Size: 50, RequestId: id, HolderKey: key}
 	first, err := c.GrantRange(ctx, connect.NewRequest(grant))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := first.Msg; got.GetFirst() != 1 || got.GetLast() != 50 || got.GetRecovered() {
-		t.Fatalf("grant %v, want 1..50, not recovered", got)
+	if got := first.Msg; got.GetFirst() != 1 || got.GetLast() != 50 || got.GetRecovered() || got.GetRunwaySeconds() != 90 {
+		t.Fatalf("grant %v, want 1..50, not recovered, the tag's 90 s runway", got)
 	}
 	again, err := c.GrantRange(ctx, connect.NewRequest(grant))
 	if err != nil || again.Msg.GetFirst() != 1 || again.Msg.GetLast() != 50 || !again.Msg.GetRecovered() {

@@ -126,6 +126,13 @@ type Config struct {
 	// LoadTimeout as its floor: a load from a database far away may take
 	// longer than a nearby one (the allocator follows the round trip).
 	AdaptTimeout func(floor time.Duration) time.Duration
+	// ColdWait, when set, gives the bound of a caller's wait, with
+	// WaitTimeout as its floor, while the buffer has never loaded a range:
+	// a cold tag's first load from a database far away (a new connection,
+	// the statement prepared) may take longer than WaitTimeout, and no
+	// caller has been served from the tag yet to fail fast for. MaxWait is
+	// raised to it then. Once a range has arrived, WaitTimeout holds.
+	ColdWait func(floor time.Duration) time.Duration
 	// MinBackoff and MaxBackoff bound the pause after a failed load
 	// (defaults 100ms and 5s); during it callers with nothing to serve fail
 	// fast instead of piling onto a failing database.
@@ -464,7 +471,8 @@ func (b *Buffer) takeSlow(ctx context.Context, n int64) (Range, error) {
 	var (
 		w           *waiter // queued for the next ranges once it must wait
 		wait, limit *time.Timer
-		seen        int64 // ranges granted when it last looked
+		seen        int64         // ranges granted when it last looked
+		waitFor     time.Duration // wait's duration
 	)
 	defer func() {
 		if wait != nil {
@@ -479,18 +487,23 @@ func (b *Buffer) takeSlow(ctx context.Context, n int64) (Range, error) {
 		}
 		switch {
 		case wait == nil:
-			wait = time.NewTimer(b.cfg.WaitTimeout)
-			limit = time.NewTimer(b.cfg.MaxWait)
+			waitFor = b.cfg.WaitTimeout
+			if loads == 0 && b.cfg.ColdWait != nil {
+				waitFor = b.cfg.ColdWait(waitFor)
+			}
+			wait = time.NewTimer(waitFor)
+			limit = time.NewTimer(max(b.cfg.MaxWait, waitFor))
 		case loads != seen:
 			// Ranges arrived and went to the callers queued before this
 			// one: it is nearer its turn, and waits for the next range.
-			wait.Reset(b.cfg.WaitTimeout)
+			waitFor = b.cfg.WaitTimeout
+			wait.Reset(waitFor)
 		}
 		seen = loads
 		select {
 		case <-done:
 		case <-wait.C:
-			return b.giveUp(w, fmt.Errorf("%w: tag %q: no segment within %v", ErrUnavailable, b.cfg.Tag, b.cfg.WaitTimeout))
+			return b.giveUp(w, fmt.Errorf("%w: tag %q: no segment within %v", ErrUnavailable, b.cfg.Tag, waitFor))
 		case <-limit.C:
 			return b.giveUp(w, fmt.Errorf("%w: tag %q: no ids within %v: the ranges that arrived went to callers queued before", ErrUnavailable, b.cfg.Tag, b.cfg.MaxWait))
 		case <-ctx.Done():

@@ -109,6 +109,10 @@ type SegmentResponse struct {
 	// Recovered is true when the request ID had been granted before (a
 	// retry after a lost reply): this is that range again.
 	Recovered bool `json:"recovered"`
+	// RunwaySeconds is the tag's own runway (0: none of its own, the
+	// caller keeps its own). A client's buffer sizes its ranges for it in
+	// place of its own runway when it is above 0, as an instance does.
+	RunwaySeconds float64 `json:"runway_seconds"`
 }
 
 // GiveBackRequest is the body of POST /v1/segments/giveback: the unused

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -33,12 +34,18 @@ const (
 	haClients = 4
 	haTag     = "order"
 	haStep    = "50" // step = max_step: a grant every 50 IDs
-	// haRealisticStep is DRILL_TAGS=realistic's step = max_step: sized for
-	// the load (a few thousand IDs a second per instance), so that one
-	// segment outlasts the 10–11 s a failover takes several times over, as
-	// a tag's step should in production.
-	haRealisticStep = "200000"
-	haRunTimeout    = 4 * time.Minute
+	// haRealisticRunway is DRILL_TAGS=realistic's tag runway: several times
+	// the 10–11 s a failover takes, as a tag's runway should be in
+	// production. The tag keeps the default step and a max_step far above
+	// what the runway needs at the drill's load (a few thousand IDs a second
+	// per instance), so the ranges grow from the rate each instance
+	// measures, not from a step picked by hand.
+	haRealisticRunway  = "60s"
+	haRealisticMaxStep = "10000000"
+	// haRunwayWait bounds the wait, before the crash, for every instance's
+	// buffer to hold the realistic tag's runway.
+	haRunwayWait = 30 * time.Second
+	haRunTimeout = 4 * time.Minute
 )
 
 // haResult is one run of the failover drill.
@@ -56,8 +63,14 @@ type haResult struct {
 	unavailable     int64         // requests answered 503
 	noAnswer        int64         // requests that got no answer at all
 	resumed         time.Duration // from the crash until IDs flowed again
-	elapsed         time.Duration
-	verdict         string
+	// runwayHeld is the least runway_held_seconds of the first two
+	// instances when the leader crashed; peak their summed peak rate
+	// (IDs/s) and step their largest range then (realistic runs only).
+	runwayHeld time.Duration
+	peak       float64
+	step       int64
+	elapsed    time.Duration
+	verdict    string
 }
 
 // TestDrillHA is the failover drill on real automatic failover (make
@@ -99,8 +112,10 @@ type haResult struct {
 // default) adds one such run after the others.
 //
 // DRILL_TAGS (default tiny; make drill-ha runs "tiny realistic") picks the
-// tag of the runs: tiny is the above; realistic has a step sized for the
-// load (haRealisticStep), so that the buffers outlast the failover, and a
+// tag of the runs: tiny is the above; realistic has a tag runway over the
+// failover time (haRealisticRunway) with the default step, so that the
+// ranges grow from the measured rate until the buffers outlast the
+// failover; the leader crashes once every buffer holds the runway, and a
 // run fails on any 503 or unanswered request as well; its runs use the modes
 // of DRILL_REALISTIC_MODES (default DRILL_MODES).
 //
@@ -177,9 +192,9 @@ func TestDrillHA(t *testing.T) {
 				if !t.Failed() {
 					r.verdict = "ok"
 				}
-				fmt.Printf("drill-ha: mode=%s tags=%s replica=%s run=%d serve=%q expect=%s ids=%d duplicates=%d lost=%d 503s=%d no-answer=%d ids-again-after=%v verdict=%s\n",
+				fmt.Printf("drill-ha: mode=%s tags=%s replica=%s run=%d serve=%q expect=%s ids=%d duplicates=%d lost=%d 503s=%d no-answer=%d ids-again-after=%v runway-held-at-crash=%v peak=%.0f/s step=%d verdict=%s\n",
 					r.mode, r.tags, r.replica, r.run, strings.Join(cfg.serveArgs, " "), cfg.expect(), r.ids, r.duplicates, r.lost,
-					r.unavailable, r.noAnswer, r.resumed.Round(100*time.Millisecond), r.verdict)
+					r.unavailable, r.noAnswer, r.resumed.Round(100*time.Millisecond), r.runwayHeld.Round(100*time.Millisecond), r.peak, r.step, r.verdict)
 			}()
 			drillHA(ctx, t, bin, r, cfg)
 		})
@@ -210,17 +225,18 @@ func TestDrillHA(t *testing.T) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "failover drill, replica disconnected %v or stalled %v before the crash, deployment flags %q, serve flags %q, expect %s:\n",
 		cfg.down, cfg.lag, strings.Join(cfg.deployArgs, " "), strings.Join(cfg.serveArgs, " "), cfg.expect())
-	fmt.Fprintf(&b, "%-7s %-9s %-10s %3s %8s %10s %6s %6s %10s %10s %6s %9s %9s %8s %s\n",
-		"mode", "tags", "replica", "run", "ids", "duplicates", "order", "lost", "no-id-any", "no-id-max", "503s", "no-answer", "ids-again", "time", "verdict")
+	fmt.Fprintf(&b, "%-7s %-9s %-10s %3s %8s %10s %6s %6s %10s %10s %6s %9s %9s %11s %8s %s\n",
+		"mode", "tags", "replica", "run", "ids", "duplicates", "order", "lost", "no-id-any", "no-id-max", "503s", "no-answer", "ids-again", "runway-held", "time", "verdict")
 	for _, r := range results {
 		mode := r.mode
 		if r.control {
 			mode += "*"
 		}
-		fmt.Fprintf(&b, "%-7s %-9s %-10s %3d %8d %10d %6d %6d %10v %10v %6d %9d %9v %8v %s\n",
+		fmt.Fprintf(&b, "%-7s %-9s %-10s %3d %8d %10d %6d %6d %10v %10v %6d %9d %9v %11v %8v %s\n",
 			mode, r.tags, r.replica, r.run, r.ids, r.duplicates, r.orderViolations, r.lost,
 			r.window.Round(100*time.Millisecond), r.worst.Round(100*time.Millisecond),
-			r.unavailable, r.noAnswer, r.resumed.Round(100*time.Millisecond), r.elapsed.Round(time.Second), r.verdict)
+			r.unavailable, r.noAnswer, r.resumed.Round(100*time.Millisecond), r.runwayHeld.Round(100*time.Millisecond),
+			r.elapsed.Round(time.Second), r.verdict)
 	}
 	if os.Getenv("DRILL_CONTROL") == "1" {
 		b.WriteString("* the negative control: --replicas-required off, passes only with duplicates\n")
@@ -235,7 +251,7 @@ type haConfig struct {
 	serveArgs        []string      // DRILL_SERVE_ARGS
 	deployArgs       []string      // deploy/ha/idmint.env as flags
 	expectDuplicates bool          // DRILL_EXPECT=duplicates: a negative control
-	realistic        bool          // DRILL_TAGS=realistic: steps sized for the load, 0 errors required
+	realistic        bool          // DRILL_TAGS=realistic: a tag runway over the failover, 0 errors required
 	restart          bool          // the first instances killed with the leader, started after the promotion
 }
 
@@ -332,11 +348,12 @@ func drillHA(ctx context.Context, t *testing.T, bin string, r *haResult, cfg haC
 	}
 	url := c.URL()
 	idmint(t, "migrate", "--database-url", url)
-	step := haStep
+	tagArgs := []string{"--step", haStep, "--max-step", haStep}
 	if cfg.realistic {
-		step = haRealisticStep
+		// The default step; the runway sizes the ranges.
+		tagArgs = []string{"--runway", haRealisticRunway, "--max-step", haRealisticMaxStep}
 	}
-	idmint(t, "tag", "create", haTag, "--step", step, "--max-step", step, "--database-url", url)
+	idmint(t, append([]string{"tag", "create", haTag, "--database-url", url}, tagArgs...)...)
 
 	dir := t.TempDir()
 	var procs []*process
@@ -378,6 +395,40 @@ func drillHA(ctx context.Context, t *testing.T, bin string, r *haResult, cfg haC
 	}
 	if n := d.checker.Report().IDs(); n == 0 {
 		t.Fatalf("no ID in %v before the crash", haBefore)
+	}
+
+	if cfg.realistic {
+		// The crash comes once every instance's buffer holds the tag's
+		// runway at the rate it measured: what a production instance
+		// under steady load holds when its database fails.
+		want, err := time.ParseDuration(haRealisticRunway)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var held []runwayState
+		met := func() bool {
+			held = held[:0]
+			for _, p := range procs {
+				st := runwayOf(t, p)
+				held = append(held, st)
+				// The tag's runway in force, not none: a buffer without
+				// one is "met" at once.
+				if !st.Met || st.Runway != want.Seconds() {
+					return false
+				}
+			}
+			return true
+		}
+		if !waitUntil(ctx, haRunwayWait, met) {
+			t.Fatalf("the buffers did not hold the tag's %s runway within %v: %+v", haRealisticRunway, haRunwayWait, held)
+		}
+		r.runwayHeld = time.Duration(math.MaxInt64)
+		for _, st := range held {
+			r.runwayHeld = min(r.runwayHeld, time.Duration(st.Held*float64(time.Second)))
+			r.peak += st.Peak
+			r.step = max(r.step, st.Step)
+		}
+		t.Logf("runway at the crash: %+v", held)
 	}
 
 	// The leader now, in case a slow machine made Patroni fail over by
@@ -436,6 +487,41 @@ func drillHA(ctx context.Context, t *testing.T, bin string, r *haResult, cfg haC
 		// Buffers that outlast the failover carry every caller through it.
 		t.Errorf("steps sized for the load: %d 503s and %d requests without an answer during the failover, want none", r.unavailable, r.noAnswer)
 	}
+}
+
+// runwayState is one instance's runway for haTag, from its /id/health.
+type runwayState struct {
+	Instance string
+	Runway   float64 // the runway in force, seconds
+	Held     float64 // how long the IDs held last at the peak rate, seconds
+	Met      bool
+	Peak     float64 // IDs/s
+	Step     int64   // the last range's size
+	Short    string
+}
+
+// runwayOf reads p's runway for haTag.
+func runwayOf(tb testing.TB, p *process) runwayState {
+	tb.Helper()
+	var h struct {
+		Tags []struct {
+			Tag    string   `json:"biz_tag"`
+			Runway float64  `json:"runway_seconds"`
+			Held   *float64 `json:"runway_held_seconds"`
+			Met    bool     `json:"runway_met"`
+			Short  string   `json:"runway_short_reason"`
+			Peak   float64  `json:"peak_ids_per_second"`
+			Step   int64    `json:"step"`
+		} `json:"tags"`
+	}
+	testutil.GetJSON(tb, "http://"+p.addr+"/id/health", &h)
+	st := runwayState{Instance: p.instance}
+	for _, tg := range h.Tags {
+		if tg.Tag == haTag && tg.Held != nil {
+			st.Runway, st.Held, st.Met, st.Peak, st.Step, st.Short = tg.Runway, *tg.Held, tg.Met, tg.Peak, tg.Step, tg.Short
+		}
+	}
+	return st
 }
 
 // breakReplica makes the replica fall behind the leader as r.replica says,

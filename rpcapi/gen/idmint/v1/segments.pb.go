@@ -119,7 +119,10 @@ type GrantRangeResponse struct {
 	MaxStep   int64                  `protobuf:"varint,6,opt,name=max_step,json=maxStep,proto3" json:"max_step,omitempty"`
 	// True when request_id had been granted before (a retry after a lost
 	// reply): this is that range again.
-	Recovered     bool `protobuf:"varint,7,opt,name=recovered,proto3" json:"recovered,omitempty"`
+	Recovered bool `protobuf:"varint,7,opt,name=recovered,proto3" json:"recovered,omitempty"`
+	// The tag's own runway in seconds (0: none of its own): a client sizes
+	// its ranges for it in place of its own runway when above 0.
+	RunwaySeconds float64 `protobuf:"fixed64,8,opt,name=runway_seconds,json=runwaySeconds,proto3" json:"runway_seconds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -201,6 +204,13 @@ func (x *GrantRangeResponse) GetRecovered() bool {
 		return x.Recovered
 	}
 	return false
+}
+
+func (x *GrantRangeResponse) GetRunwaySeconds() float64 {
+	if x != nil {
+		return x.RunwaySeconds
+	}
+	return 0
 }
 
 // GiveBackRequest gives back the unused tail first..last of the range
@@ -372,7 +382,7 @@ const file_idmint_v1_segments_proto_rawDesc = "" +
 	"request_id\x18\x03 \x01(\tR\trequestId\x12\x1d\n" +
 	"\n" +
 	"holder_key\x18\x04 \x01(\tR\tholderKey\x12\x14\n" +
-	"\x05floor\x18\x05 \x01(\x03R\x05floor\"\xc3\x01\n" +
+	"\x05floor\x18\x05 \x01(\x03R\x05floor\"\xea\x01\n" +
 	"\x12GrantRangeResponse\x12\x17\n" +
 	"\abiz_tag\x18\x01 \x01(\tR\x06bizTag\x12\x1d\n" +
 	"\n" +
@@ -381,7 +391,8 @@ const file_idmint_v1_segments_proto_rawDesc = "" +
 	"\x04last\x18\x04 \x01(\x03R\x04last\x12\x12\n" +
 	"\x04step\x18\x05 \x01(\x03R\x04step\x12\x19\n" +
 	"\bmax_step\x18\x06 \x01(\x03R\amaxStep\x12\x1c\n" +
-	"\trecovered\x18\a \x01(\bR\trecovered\"\x92\x01\n" +
+	"\trecovered\x18\a \x01(\bR\trecovered\x12%\n" +
+	"\x0erunway_seconds\x18\b \x01(\x01R\rrunwaySeconds\"\x92\x01\n" +
 	"\x0fGiveBackRequest\x12\x17\n" +
 	"\abiz_tag\x18\x01 \x01(\tR\x06bizTag\x12\x1d\n" +
 	"\n" +
