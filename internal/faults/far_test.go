@@ -327,10 +327,13 @@ func TestDrillFar(t *testing.T) {
 	if err != nil {
 		t.Fatalf("IDMINT_DRILL_FAR=%q: %v", spec, err)
 	}
-	const tag, step, clients = "order", 5000, 4
-	const oneWay = 150 * time.Millisecond
+	// The tag is sized by a runway, as an operator would set it, not by a
+	// hand-picked step: its ranges grow from the default step to hold 10 s
+	// at the measured rate, so a fetch 150 ms away never runs a buffer dry.
+	const tag, clients = "order", 4
+	const oneWay, runway = 150 * time.Millisecond, 10 * time.Second
 	dbURL := newDatabase(t, pgtest.Shared(t))
-	createTag(t, open(t, dbURL), tag, step, step)
+	createTag(t, open(t, dbURL), tag, allocator.DefaultStep, 10_000_000)
 	px := far(t, dbURL, oneWay)
 
 	type side struct {
@@ -346,7 +349,7 @@ func TestDrillFar(t *testing.T) {
 		a := newInstance(t, store, s.name, func(c *allocator.Config) {
 			// The serve defaults.
 			c.AttemptTimeout, c.RetryMin, c.RetryMax = serveAttemptTimeout, 0, 0
-			c.Segment = segment.Config{}
+			c.Segment = segment.Config{Runway: runway}
 			c.RoundTrip = store.RoundTrip()
 		})
 		api := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet()}))
@@ -386,30 +389,66 @@ func TestDrillFar(t *testing.T) {
 		get(sd, sd.name+"-warm-up")
 		testutil.Eventually(t, time.Minute, sd.name+" loaded", func() bool { return tagStats(sd.a, tag).Loads > 0 })
 	}
+	var mu sync.Mutex
+	// run loads both sides with the clients until done says so, keeping
+	// the latencies when record is set.
+	run := func(done func() bool, record bool) {
+		var wg sync.WaitGroup
+		for _, sd := range sides {
+			for w := range clients {
+				wg.Go(func() {
+					client := fmt.Sprint(sd.name, "-", w)
+					var mine []time.Duration
+					for !done() {
+						if d := get(sd, client); d > 0 {
+							mine = append(mine, d)
+						}
+					}
+					if record {
+						mu.Lock()
+						sd.latencies = append(sd.latencies, mine...)
+						mu.Unlock()
+					}
+				})
+			}
+		}
+		wg.Wait()
+	}
+	// Warm up under the same load until both hold their runway: the peak
+	// rate is measured, and the ranges have grown to it.
+	warmEnd := time.Now().Add(time.Minute)
+	var met atomic.Bool
+	stopWarm := make(chan struct{})
+	go func() {
+		defer close(stopWarm)
+		for time.Now().Before(warmEnd) {
+			// Met with a peak measured: with no rate yet any runway is
+			// "met", vacuously.
+			near, far := tagStats(sides[0].a, tag), tagStats(sides[1].a, tag)
+			if near.Peak > 0 && near.RunwayMet && far.Peak > 0 && far.RunwayMet {
+				met.Store(true)
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	run(func() bool {
+		select {
+		case <-stopWarm:
+			return true
+		default:
+			return false
+		}
+	}, false)
+	if !met.Load() {
+		t.Fatalf("the runway of %v was not met within a minute: near %+v, far %+v", runway, tagStats(sides[0].a, tag), tagStats(sides[1].a, tag))
+	}
 	loadsBefore := map[string]int64{}
 	for _, sd := range sides {
 		loadsBefore[sd.name] = tagStats(sd.a, tag).Loads
 	}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
 	end := time.Now().Add(duration)
-	for _, sd := range sides {
-		for w := range clients {
-			wg.Go(func() {
-				client := fmt.Sprint(sd.name, "-", w)
-				var mine []time.Duration
-				for time.Now().Before(end) {
-					if d := get(sd, client); d > 0 {
-						mine = append(mine, d)
-					}
-				}
-				mu.Lock()
-				sd.latencies = append(sd.latencies, mine...)
-				mu.Unlock()
-			})
-		}
-	}
-	wg.Wait()
+	run(func() bool { return !time.Now().Before(end) }, true)
 	r := c.Report()
 	requireValid(t, r)
 	if r.Failed != 0 {
@@ -420,8 +459,8 @@ func TestDrillFar(t *testing.T) {
 		return ds[min(len(ds)-1, int(float64(len(ds))*p))]
 	}
 	near, farSide := sides[0], sides[1]
-	line := fmt.Sprintf("drill-far: %v, %d clients each, GET /id: near p50 %v p99 %v max %v (%d requests, %d fetches); far (%v each way, round trip %v, fetch timeout %v) p50 %v p99 %v max %v (%d requests, %d fetches); ratio far/near p50 %.2f p99 %.2f; 0 errors, 0 duplicates",
-		duration, clients,
+	line := fmt.Sprintf("drill-far: %v, runway %v, %d clients each, GET /id: near p50 %v p99 %v max %v (%d requests, %d fetches); far (%v each way, round trip %v, fetch timeout %v) p50 %v p99 %v max %v (%d requests, %d fetches); ratio far/near p50 %.2f p99 %.2f; 0 errors, 0 duplicates",
+		duration, runway, clients,
 		pct(near.latencies, 0.50).Round(time.Microsecond), pct(near.latencies, 0.99).Round(time.Microsecond), pct(near.latencies, 1).Round(time.Microsecond),
 		len(near.latencies), tagStats(near.a, tag).Loads-loadsBefore["near"],
 		oneWay, farSide.a.RoundTrip().RTT.Round(time.Millisecond), farSide.a.RoundTrip().FetchTimeout.Round(time.Millisecond),
