@@ -62,7 +62,9 @@ bench-http:
 	$(GO) build -o bin/idmint-bench ./cmd/idmint-bench
 	bin/idmint-bench -idmint $(BIN) $(BENCH_ARGS)
 
-# lint runs gofmt, vet and staticcheck. staticcheck is pinned in go.mod (its
+# lint fails first when a tracked file is build output (an executable binary,
+# or a file over 1 MiB that scripts/check-tracked.sh does not name), then runs
+# gofmt, vet and staticcheck. staticcheck is pinned in go.mod (its
 # tool directive), so `go tool` builds the same version offline from the
 # module cache; move it with go get -tool honnef.co/go/tools/cmd/staticcheck@VERSION.
 #
@@ -72,6 +74,7 @@ bench-http:
 # and that rpcapi/gen is what buf generate makes of proto/ now.
 PROTO_BASELINE ?= proto/idmint-v1.baseline.binpb
 lint:
+	scripts/check-tracked.sh
 	@unformatted=$$(gofmt -l .); \
 	if [ -n "$$unformatted" ]; then echo "gofmt -l: these files need gofmt -w:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
