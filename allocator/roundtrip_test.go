@@ -1,10 +1,20 @@
 package allocator_test
 
 import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
+	"github.com/idmint/idmint/internal/storetest"
+	"github.com/idmint/idmint/segment"
 )
 
 // TestRoundTrip_Timeout: the timeout is the floor for a nearby database,
@@ -75,4 +85,78 @@ func TestRoundTrip_Timeout(t *testing.T) {
 			t.Fatalf("nil: timeout %v, estimate %v", got, rt.Estimate())
 		}
 	})
+}
+
+// hangingStore commits its first allocation and never answers it, as a far
+// database whose reply is lost: the attempt ends at its timeout. It
+// records the time each lookup was given.
+type hangingStore struct {
+	allocator.Store
+	allocs  atomic.Int64
+	mu      sync.Mutex // protects lookups
+	lookups []time.Duration
+}
+
+func (s *hangingStore) Allocate(ctx context.Context, req allocator.Request) (allocator.Segment, error) {
+	if s.allocs.Add(1) > 1 {
+		return s.Store.Allocate(ctx, req)
+	}
+	if _, err := s.Store.Allocate(ctx, req); err != nil {
+		return allocator.Segment{}, err
+	}
+	<-ctx.Done()
+	return allocator.Segment{}, fmt.Errorf("%w: reply lost: %w", allocator.ErrAmbiguous, ctx.Err())
+}
+
+func (s *hangingStore) Lookup(ctx context.Context, id uuid.UUID) (allocator.Segment, error) {
+	if d, ok := ctx.Deadline(); ok {
+		s.mu.Lock()
+		s.lookups = append(s.lookups, time.Until(d))
+		s.mu.Unlock()
+	}
+	return s.Store.Lookup(ctx, id)
+}
+
+// TestAllocator_LoadFollowsRoundTrip: a whole load is bounded by three
+// attempts at the round trip measured, not by the fixed load timeout fit
+// for a nearby database, so that the reply of a far database that is lost
+// (its attempt runs to its timeout) is still looked up, and its range
+// served, by the same load. Scaled down: a 100 ms attempt floor and a
+// 400 ms load floor (serve's 3 s and 10 s), a 25 ms round trip that asks
+// for 500 ms attempts (as 300 ms asks for 6 s): the fixed bound would end
+// the load before its first attempt times out.
+func TestAllocator_LoadFollowsRoundTrip(t *testing.T) {
+	m := memstore.New()
+	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: 10, MaxStep: 10}); err != nil {
+		t.Fatal(err)
+	}
+	store := &hangingStore{Store: m}
+	rt := allocator.NewRoundTrip(20, time.Minute)
+	rt.Observe(25 * time.Millisecond)
+	a := storetest.NewAllocator(t, store, func(c *allocator.Config) {
+		c.AttemptTimeout, c.RoundTrip = 100*time.Millisecond, rt
+		c.Segment = segment.Config{LoadTimeout: 400 * time.Millisecond, WaitTimeout: 10 * time.Second}
+	})
+	attempt := a.RoundTrip().FetchTimeout
+	if attempt != 500*time.Millisecond {
+		t.Fatalf("attempt timeout %v at a 25 ms round trip; want 500ms", attempt)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	id, err := a.Next(ctx, "order")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := a.Stats()[0]
+	store.mu.Lock()
+	lookups := slices.Clone(store.lookups)
+	store.mu.Unlock()
+	t.Logf("attempt timeout %v: id %d, loads %d, failures %d, recovered %d, lookups given %v", attempt, id, st.Loads, st.LoadFailures, st.Recovered, lookups)
+	if id != 1 || st.LoadFailures != 0 || st.Recovered != 1 {
+		t.Fatalf("id %d, %d load failures, %d recovered; want the lost reply's range [1, 10] recovered by the first load",
+			id, st.LoadFailures, st.Recovered)
+	}
+	if len(lookups) != 1 || lookups[0] < attempt*9/10 {
+		t.Fatalf("lookups given %v; want one, given a whole attempt (%v)", lookups, attempt)
+	}
 }

@@ -26,13 +26,15 @@ var (
 	// ErrClosed means the client was closed.
 	ErrClosed = errors.New("client closed")
 	// ErrUnavailable means no ID could be handed out in time: both ranges
-	// of the tag are empty and no instance granted a new one.
+	// of the tag are empty and no instance granted a new one. It is worth
+	// a retry; the refusals below are not, and never match it.
 	ErrUnavailable = segment.ErrUnavailable
 	// ErrUnauthorized means an instance refused the token (401): none
 	// given, unknown or revoked. It is returned at once, never retried.
 	ErrUnauthorized = errors.New("unauthorized: the instance refused the token")
-	// ErrForbidden means the token's scopes do not cover the tag (403).
-	// It is returned at once, never retried.
+	// ErrForbidden means the token's scopes do not cover the tag (403);
+	// the error names the tag and the scope it needs. It is returned at
+	// once, never retried.
 	ErrForbidden = errors.New("forbidden: the token's scopes do not cover the request")
 )
 
@@ -167,7 +169,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 			cctx, cancel := context.WithTimeout(context.Background(), cfg.AttemptTimeout)
 			c.Close(cctx)
 			cancel()
-			return nil, fmt.Errorf("client: load %q: %w", tag, closedErr(err))
+			return nil, fmt.Errorf("client: load %q: %w", tag, callerErr(err))
 		}
 	}
 	return c, nil
@@ -192,7 +194,7 @@ func (c *Client) Next(ctx context.Context, tag string) (int64, error) {
 // declines.
 func (c *Client) nextSlow(ctx context.Context, tag string) (int64, error) {
 	id, err := c.set.Next(ctx, tag)
-	return id, closedErr(err)
+	return id, callerErr(err)
 }
 
 // NextN returns n IDs of tag, increasing. On error it also returns the IDs
@@ -205,13 +207,21 @@ func (c *Client) NextN(ctx context.Context, tag string, n int) ([]int64, error) 
 		return nil, fmt.Errorf("count %d: must be at least 1", n)
 	}
 	ids, err := c.set.NextN(ctx, tag, n, make([]int64, 0, n))
-	return ids, closedErr(err)
+	return ids, callerErr(err)
 }
 
-// closedErr is err, with the Set's ErrClosed as the client's.
-func closedErr(err error) error {
-	if errors.Is(err, segment.ErrClosed) {
+// callerErr is err as the client's caller sees it: the Set's ErrClosed as
+// the client's, and an instance's final refusal (APIError.final: 400, 401,
+// 403, 404) as that refusal alone, not wrapped in the buffer's
+// ErrUnavailable ("no ids available, retry in …"), so that a caller that
+// retries on ErrUnavailable does not retry a refusal forever.
+func callerErr(err error) error {
+	var refused *APIError
+	switch {
+	case errors.Is(err, segment.ErrClosed):
 		return ErrClosed
+	case errors.As(err, &refused) && refused.final():
+		return refused
 	}
 	return err
 }

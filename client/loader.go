@@ -10,6 +10,8 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idmint/idmint/segment"
@@ -21,11 +23,16 @@ type APIError struct {
 	URL     string
 	Status  int
 	Code    string // the stable machine-readable code, e.g. "unknown_tag"
-	Message string
+	Message string // the instance's, for people (a 403 names the scope the tag needs)
+	Tag     string // the biz_tag of the request
 }
 
 func (e *APIError) Error() string {
-	return fmt.Sprintf("idmint %s: %d %s: %s", e.URL, e.Status, e.Code, e.Message)
+	msg := e.Message
+	if e.Tag != "" && !strings.Contains(msg, strconv.Quote(e.Tag)) {
+		msg = fmt.Sprintf("biz_tag %q: %s", e.Tag, msg)
+	}
+	return fmt.Sprintf("idmint %s: %d %s: %s", e.URL, e.Status, e.Code, msg)
 }
 
 // Is reports ErrUnknownTag and ErrInvalidTag by code, ErrUnauthorized and
@@ -48,6 +55,15 @@ func (e *APIError) settled() bool {
 		return true
 	}
 	return e.Code == wire.CodeRolledBack || e.Code == wire.CodeExhausted
+}
+
+// final reports whether the answer is the caller's as it is: the request
+// itself is refused (a 4xx other than 408 and 429: 400 bad input, 401 the
+// token, 403 its scopes, 404 the tag), and asking again, here or on
+// another instance, cannot change it. It never reads as ErrUnavailable
+// (see callerErr).
+func (e *APIError) final() bool {
+	return e.settled() && e.Status >= 400 && e.Status < 500
 }
 
 // notOurs reports whether the answer says that the request ID is settled
@@ -137,7 +153,7 @@ func (c *Client) grant(ctx context.Context, base string, req segment.Request, fl
 	body := wire.SegmentRequest{Tag: tag, Size: req.Size, RequestID: req.ID.String(), HolderKey: req.Key, Floor: floor}
 	err := c.post(ctx, base+wire.PathSegments, body, &reply, "Idempotency-Key", req.ID.String())
 	if err != nil {
-		return segment.Grant{}, err
+		return segment.Grant{}, withTag(err, tag)
 	}
 	if reply.RequestID != req.ID.String() || reply.Tag != tag || reply.First < 1 || reply.Last < reply.First {
 		return segment.Grant{}, fmt.Errorf("idmint %s answered request %s for %q with request %s for %q, range [%d, %d]",
@@ -166,7 +182,7 @@ func (c *Client) giveBack(ctx context.Context, req segment.Request, r segment.Ra
 	var errs []error
 	for i := range n {
 		var reply wire.GiveBackResponse
-		err := c.post(ctx, c.urls[(start+i)%n]+wire.PathGiveBack, body, &reply)
+		err := withTag(c.post(ctx, c.urls[(start+i)%n]+wire.PathGiveBack, body, &reply), req.Tag)
 		if err == nil {
 			return reply.GivenBack, nil
 		}
@@ -180,6 +196,15 @@ func (c *Client) giveBack(ctx context.Context, req segment.Request, r segment.Ra
 		}
 	}
 	return false, errors.Join(errs...)
+}
+
+// withTag sets tag on err when it is an instance's answer.
+func withTag(err error, tag string) error {
+	var refused *APIError
+	if errors.As(err, &refused) {
+		refused.Tag = tag
+	}
+	return err
 }
 
 // maxReply bounds the body read from an instance.

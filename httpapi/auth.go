@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -323,6 +324,14 @@ func forbidden(message string) *apiError {
 	return requestError(CodeForbidden, message)
 }
 
+// tagForbidden is the 403 of a token whose scopes do not cover tag: it
+// names the tag and the scopes that would, so that the caller knows what
+// to ask for.
+func tagForbidden(tag string) *apiError {
+	tag = truncate(tag, 64)
+	return forbidden(fmt.Sprintf("this token's scopes do not cover biz_tag %q: it needs scope ids:%s, ids, or an ids:PREFIX* that matches it", tag, tag))
+}
+
 type principalKey struct{}
 
 // withPrincipal returns r carrying p, for AuthorizeTag.
@@ -386,7 +395,7 @@ func (s *Server) idAccess(next http.Handler, charge bool) http.Handler {
 		}
 		if tag, ok := queryTag(q); ok {
 			if !p.allowsTag(tag) {
-				s.WriteError(w, r, forbidden("this token's scopes do not cover this biz_tag"))
+				s.WriteError(w, r, tagForbidden(tag))
 				return
 			}
 		} else if !p.hasIDScope() {
@@ -413,7 +422,7 @@ func (s *Server) AuthorizeTag(r *http.Request, tag string) error {
 		return unauthorized("", "this route needs a bearer token: Authorization: Bearer idm_…")
 	}
 	if !p.allowsTag(tag) {
-		return forbidden("this token's scopes do not cover this biz_tag")
+		return tagForbidden(tag)
 	}
 	return nil
 }

@@ -231,8 +231,9 @@ type replicator struct {
 	waits, failures int64
 	waitTime        time.Duration
 	lastErr         string
-	// remembered is when this instance last wrote each standby's row, by
-	// timeline/name (rate bound of rememberEvery).
+	// remembered is when this instance last wrote each standby's row (or
+	// began refreshing it), by timeline/name (rate bound of rememberEvery);
+	// a standby is in it only once its row was written.
 	remembered map[string]time.Time
 	// held are the standbys the last grant waited for in vain, by name.
 	held map[string]HeldStandby

@@ -10,13 +10,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/internal/pgtest"
 	"github.com/idmint/idmint/internal/storetest"
+	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/migrations"
+	"github.com/idmint/idmint/segment"
 )
 
 func TestParseReplicas(t *testing.T) {
@@ -366,4 +369,151 @@ func BenchmarkPostgres_AllocateReplicated(b *testing.B) {
 			}
 		})
 	}
+}
+
+// streamingName is the name the primary of r knows its one standby by
+// (application_name@client address: it streams without a slot), read
+// without recording it.
+func streamingName(t *testing.T, store *postgres.Store) string {
+	t.Helper()
+	var name string
+	err := store.Pool().QueryRow(context.Background(),
+		`SELECT COALESCE(application_name, '') || '@' || COALESCE(host(client_addr), 'local') FROM pg_stat_replication`).Scan(&name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// TestPostgres_StandbyRecord checks that a standby seen streaming for the
+// first time holds every grant until its record in idmint_standbys is
+// written (R3): served before, the grant would be lost by a failover to it
+// once it disconnected, as every instance started after would not know it.
+func TestPostgres_StandbyRecord(t *testing.T) {
+	ctx := context.Background()
+
+	t.Run("refused by the database", func(t *testing.T) {
+		r, db := replicated(t, pgtest.ReplicationOptions{})
+		owner := connect(t, r.PrimaryURL(db))
+		if _, err := owner.Pool().Exec(ctx, `CREATE ROLE idmint_app LOGIN PASSWORD 'app' IN ROLE pg_monitor;
+GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO idmint_app;
+REVOKE INSERT ON idmint_standbys FROM idmint_app`); err != nil {
+			t.Fatal(err)
+		}
+		u, _ := url.Parse(r.PrimaryURL(db))
+		u.User = url.UserPassword("idmint_app", "app")
+		app := withReplicas(t, u.String(), postgres.ReplicasAuto)
+		name := streamingName(t, owner)
+
+		refused := func(what string, err error) {
+			t.Helper()
+			if !errors.Is(err, allocator.ErrNotReplicated) || !strings.Contains(err.Error(), "record standby "+name) ||
+				!strings.Contains(err.Error(), "permission denied") {
+				t.Fatalf("%s while the standby's record is refused: %v; want ErrNotReplicated naming %s and the database's refusal", what, err, name)
+			}
+		}
+		req := storetest.NewRequest("order", 10)
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_, err := app.Allocate(actx, req)
+		refused("allocate", err)
+		_, err = app.Lookup(actx, req.ID)
+		refused("lookup of the same request", err)
+		if recs, err := owner.Standbys(ctx); err != nil || len(recs) != 0 {
+			t.Fatalf("records %+v, %v; want none", recs, err)
+		}
+
+		// Through the allocator: callers are told unavailable, and the
+		// load is retried, never served.
+		a := allocator.New(allocator.Config{Store: app, Instance: "record", RetryMin: time.Millisecond, RetryMax: 10 * time.Millisecond,
+			Segment: segment.Config{WaitTimeout: 200 * time.Millisecond, MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond},
+			Logger:  slog.New(slog.NewTextHandler(io.Discard, nil))})
+		defer a.Close(ctx)
+		if id, err := a.Next(actx, "order"); !errors.Is(err, allocator.ErrUnavailable) {
+			t.Fatalf("next while the standby's record is refused: %d, %v; want ErrUnavailable", id, err)
+		}
+
+		if _, err := owner.Pool().Exec(ctx, `GRANT INSERT ON idmint_standbys TO idmint_app`); err != nil {
+			t.Fatal(err)
+		}
+		seg, err := app.Lookup(actx, req.ID)
+		if err != nil || seg.First != 1 || seg.Last != 10 {
+			t.Fatalf("lookup once the record can be written: %+v, %v; want [1, 10]", seg, err)
+		}
+		if recs, err := owner.Standbys(ctx); err != nil || len(recs) != 1 || recs[0].Name != name {
+			t.Fatalf("records %+v, %v; want %s", recs, err, name)
+		}
+		var id int64
+		testutil.Eventually(t, 10*time.Second, "the allocator to serve once the record is written", func() bool {
+			id, err = a.Next(actx, "order")
+			return err == nil
+		})
+		if id <= 10 {
+			t.Fatalf("served %d; want above the grant of the first request, [1, 10], which the allocator never had", id)
+		}
+	})
+
+	t.Run("a write in flight is no record", func(t *testing.T) {
+		// The first grant's write of the record waits on a lock the test
+		// holds, then fails. A grant meanwhile must not take the write in
+		// flight for a record: it writes too, and fails with it.
+		r, db := replicated(t, pgtest.ReplicationOptions{})
+		store := withReplicas(t, r.PrimaryURL(db), postgres.ReplicasAuto)
+		name := streamingName(t, store)
+		locker, err := pgx.Connect(ctx, r.PrimaryURL(db))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { locker.Close(context.Background()) })
+		if _, err := locker.Exec(ctx, `SELECT pg_advisory_lock(7411)`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.Pool().Exec(ctx, `CREATE FUNCTION refuse_standby() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(7411);
+    RAISE EXCEPTION 'standby records refused';
+END $$;
+CREATE TRIGGER refuse_standby BEFORE INSERT OR UPDATE ON idmint_standbys FOR EACH ROW EXECUTE FUNCTION refuse_standby()`); err != nil {
+			t.Fatal(err)
+		}
+		waiting := func() int {
+			var n int
+			if err := locker.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		gctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		grant := func() <-chan error {
+			done := make(chan error, 1)
+			go func() {
+				_, err := store.Allocate(gctx, storetest.NewRequest("order", 10))
+				done <- err
+			}()
+			return done
+		}
+		first := grant()
+		testutil.Eventually(t, 10*time.Second, "the first grant's record to wait on the lock", func() bool { return waiting() == 1 })
+		second := grant()
+		testutil.Eventually(t, 10*time.Second, "the second grant to answer or write the record too", func() bool {
+			return len(second) == 1 || waiting() == 2
+		})
+		if _, err := locker.Exec(ctx, `SELECT pg_advisory_unlock(7411)`); err != nil {
+			t.Fatal(err)
+		}
+		for i, done := range []<-chan error{first, second} {
+			if err := <-done; !errors.Is(err, allocator.ErrNotReplicated) || !strings.Contains(err.Error(), "record standby "+name) ||
+				!strings.Contains(err.Error(), "standby records refused") {
+				t.Fatalf("grant %d while the standby's first record is in flight and refused: %v; want ErrNotReplicated naming %s", i+1, err, name)
+			}
+		}
+		if _, err := store.Pool().Exec(ctx, `DROP TRIGGER refuse_standby ON idmint_standbys`); err != nil {
+			t.Fatal(err)
+		}
+		served(t, store)
+		if recs, err := store.Standbys(ctx); err != nil || len(recs) != 1 || recs[0].Name != name {
+			t.Fatalf("records %+v, %v; want %s", recs, err, name)
+		}
+	})
 }

@@ -292,9 +292,12 @@ func parseLSN(s string) (uint64, error) {
 }
 
 // remember records the connected standbys of v's roster in idmint_standbys:
-// a new one (or one not written for rememberEvery) at once. It fails only
-// when a standby not recorded before cannot be written: until it is, an
-// instance started after it disconnects would not know it.
+// a new one (or one not written for rememberEvery) at once. It fails, naming
+// the standby, when one not recorded before cannot be written: until it is,
+// an instance started after it disconnects would not know it, and a
+// failover to it could grant again what was served. A standby counts as
+// recorded only once its row is written, not while a write is in flight:
+// every grant until then writes it itself, and fails with it.
 func (r *replicator) remember(ctx context.Context, q querier, v verdict, timeline int64) error {
 	if timeline == 0 {
 		return nil
@@ -307,9 +310,10 @@ func (r *replicator) remember(ctx context.Context, q querier, v verdict, timelin
 		}
 		key := fmt.Sprintf("%d/%s", timeline, m.Name)
 		r.mu.Lock()
-		last, seen := r.remembered[key]
-		due := !seen || now.Sub(last) >= rememberEvery
-		if due {
+		last, recorded := r.remembered[key]
+		due := !recorded || now.Sub(last) >= rememberEvery
+		if recorded && due {
+			// One refresh at a time: the others go on while it runs.
 			r.remembered[key] = now
 		}
 		r.mu.Unlock()
@@ -320,15 +324,22 @@ func (r *replicator) remember(ctx context.Context, q querier, v verdict, timelin
 		if m.Position != "" {
 			flush = m.Position
 		}
-		if _, err := q.Exec(ctx, rememberSQL, m.Name, m.Slot, timeline, flush); err != nil {
-			r.mu.Lock()
+		_, err := q.Exec(ctx, rememberSQL, m.Name, m.Slot, timeline, flush)
+		r.mu.Lock()
+		switch {
+		case err == nil:
+			r.remembered[key] = now
+		case recorded:
+			// The row exists; the next grant writes it again, as a
+			// first record, and fails until it can.
 			delete(r.remembered, key)
-			r.mu.Unlock()
-			if !seen {
-				errs = append(errs, fmt.Errorf("record standby %s: %w", m.Name, err))
-			} else {
-				r.cfg.Logger.Warn("could not refresh a standby's record", "standby", m.Name, "err", err)
-			}
+		}
+		r.mu.Unlock()
+		switch {
+		case err != nil && !recorded:
+			errs = append(errs, fmt.Errorf("record standby %s (first seen streaming, not recorded in idmint_standbys): %w", m.Name, err))
+		case err != nil:
+			r.cfg.Logger.Warn("could not refresh a standby's record", "standby", m.Name, "err", err)
 		}
 	}
 	return errors.Join(errs...)
