@@ -1,6 +1,8 @@
 package httpapi_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -126,5 +128,62 @@ func TestServer_NotFound(t *testing.T) {
 				t.Errorf("GET %s: %s lacks %q", path, body, want)
 			}
 		}
+	}
+}
+
+// TestServer_EncodedBodies: a JSON body with a Content-Encoding (a gzipped
+// body, good once inflated) is refused with a 400 that says so, on every
+// JSON endpoint, and nothing changes: the HTTP routes inflate nothing.
+func TestServer_EncodedBodies(t *testing.T) {
+	store := stores(t)["sqlite"](t)
+	inst := newTokenInstance(t, store, httpapi.AuthConfig{}, httpapi.Limits{})
+	_, admin := newToken(t, store, "ops", "admin")
+	if s, _, body := do(t, inst.srv, "POST", "/v1/tags", admin, map[string]any{"biz_tag": "order", "step": 10}); s != 201 {
+		t.Fatalf("create: %d %s", s, body)
+	}
+	const (
+		rid = `"request_id":"0190f3c4-7a8b-7cde-8f01-23456789abcd"`
+		key = `"holder_key":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"`
+	)
+	for _, ep := range []struct{ method, path, body string }{
+		{"POST", "/v1/tags", `{"biz_tag":"fresh"}`},
+		{"PATCH", "/v1/tags/order", `{"description":"d"}`},
+		{"POST", "/v1/tags/order/bump", `{"by":5}`},
+		{"POST", "/v1/segments", `{"biz_tag":"order",` + rid + `,` + key + `}`},
+		{"POST", "/v1/tokens", `{"name":"x","scopes":["ids"]}`},
+	} {
+		for _, enc := range []string{"gzip", "deflate", "GZIP", "identity, gzip"} {
+			var gz bytes.Buffer
+			w := gzip.NewWriter(&gz)
+			w.Write([]byte(ep.body))
+			w.Close()
+			req, err := http.NewRequest(ep.method, inst.srv.URL+ep.path, &gz)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+admin)
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Content-Encoding", enc)
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reply, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var e struct {
+				Error struct{ Code, Message string }
+			}
+			if json.Unmarshal(reply, &e); resp.StatusCode != 400 || !strings.Contains(e.Error.Message, "Content-Encoding") {
+				t.Errorf("%s %s, Content-Encoding %s: %d %s; want 400 naming Content-Encoding", ep.method, ep.path, enc, resp.StatusCode, reply)
+			}
+		}
+	}
+	s, _, body := do(t, inst.srv, "GET", "/v1/tags", admin, nil)
+	var list struct{ Tags []httpapi.TagJSON }
+	if err := json.Unmarshal(body, &list); err != nil || s != 200 {
+		t.Fatalf("list: %d %s", s, body)
+	}
+	if len(list.Tags) != 1 || list.Tags[0] != (httpapi.TagJSON{Tag: "order", Step: 10, MaxStep: 1_000_000}) {
+		t.Fatalf("after the encoded bodies: %+v", list.Tags)
 	}
 }

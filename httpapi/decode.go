@@ -19,8 +19,13 @@ var errBodyTooLarge = errors.New("request body too large")
 // pointer to a struct), refusing unknown fields and anything after the
 // object. It returns errBodyTooLarge, or an error whose text says in plain
 // words which field is wrong and what it wants ("step: want a whole
-// number"), never encoding/json's text, which names Go types.
+// number"), never encoding/json's text, which names Go types. A body with
+// a Content-Encoding is refused unread: nothing is inflated for a caller
+// (the bodies are a few hundred bytes; compressing them saves nothing).
 func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, dst any) error {
+	if ce := r.Header.Values("Content-Encoding"); len(ce) > 0 && (len(ce) > 1 || !strings.EqualFold(ce[0], "identity")) {
+		return fmt.Errorf("body: Content-Encoding %s is not accepted; send the JSON uncompressed", truncate(strings.Join(ce, ", "), 32))
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {

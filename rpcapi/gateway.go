@@ -206,3 +206,27 @@ var (
 	// errUnknownService is a health check of a service not served here.
 	errUnknownService = errors.New("rpcapi: no such service here")
 )
+
+// precheck wraps a procedure's handler: a caller that the access control a
+// of its route refuses from the headers alone (srv.Precheck) is refused
+// before anything of the call's message is read, with the error the route
+// would answer (the route's reply, carried as replyError carries it).
+func precheck(srv *httpapi.Server, refusals *connect.ErrorWriter, a httpapi.Access, next http.Handler) http.Handler {
+	if a == httpapi.AccessOpen {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		err := srv.Precheck(r, a)
+		if err == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		rep := replies.Get().(*reply)
+		defer rep.release()
+		srv.WriteError(rep, r, err)
+		if rep.status == 0 {
+			rep.status = http.StatusOK
+		}
+		refusals.Write(w, r, replyError(r.Context(), rep))
+	})
+}

@@ -29,18 +29,30 @@ const maxMessageBytes = 64 << 10
 // httpapi.Server's router: set it as httpapi.Config.RPC.
 type Service struct {
 	gw gateway
+	// newDecompressor makes the gzip decompressors of calls' messages
+	// (newBoundedGzip; tests count what it inflates).
+	newDecompressor func() connect.Decompressor
 }
 
 var _ httpapi.Mounter = (*Service)(nil)
 
 // New returns the service, to be mounted by httpapi.NewServer.
-func New() *Service { return &Service{} }
+func New() *Service { return &Service{newDecompressor: newBoundedGzip} }
 
 // Mount implements httpapi.Mounter: it adds every procedure whose HTTP
-// route r serves, the health service and reflection.
-func (s *Service) Mount(_ *httpapi.Server, r chi.Router) {
+// route r serves, the health service and reflection. Each procedure's
+// caller is checked against its route's access control (srv.Precheck)
+// before its message is read, and a message is inflated no further than
+// maxMessageBytes (boundedGzip).
+func (s *Service) Mount(srv *httpapi.Server, r chi.Router) {
 	s.gw.router = r
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(maxMessageBytes)}
+	opts := []connect.HandlerOption{
+		connect.WithReadMaxBytes(maxMessageBytes),
+		connect.WithCompression("gzip", s.newDecompressor, newGzipCompressor),
+		connect.WithCompressMinBytes(compressMinBytes),
+	}
+	refusals := connect.NewErrorWriter(opts...)
+	gate := func(a httpapi.Access, h http.Handler) http.Handler { return precheck(srv, refusals, a, h) }
 	handlers := map[string]http.Handler{}
 	for _, mount := range []func(...connect.HandlerOption) (string, http.Handler){
 		func(o ...connect.HandlerOption) (string, http.Handler) {
@@ -70,7 +82,7 @@ func (s *Service) Mount(_ *httpapi.Server, r chi.Router) {
 			continue
 		}
 		service, _, _ := strings.Cut(strings.TrimPrefix(op.procedure, "/"), "/")
-		r.Handle(op.procedure, handlers["/"+service+"/"])
+		r.Handle(op.procedure, gate(op.access, handlers["/"+service+"/"]))
 		if !seen[service] {
 			seen[service] = true
 			services = append(services, service)
@@ -79,7 +91,7 @@ func (s *Service) Mount(_ *httpapi.Server, r chi.Router) {
 	hc := &health{gw: &s.gw, services: seen}
 	// One route per procedure, so that the metrics count each.
 	path, h := grpchealth.NewHandler(hc, opts...)
-	h = withOuterRequest(h)
+	h = gate(httpapi.AccessMonitoring, withOuterRequest(h))
 	r.Handle(path+"Check", h)
 	r.Handle(path+"Watch", h)
 	reflector := grpcreflect.NewStaticReflector(append(services, grpchealth.HealthV1ServiceName)...)

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/pem"
 	"errors"
 	"flag"
@@ -11,7 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/idmint/idmint/client"
@@ -27,7 +25,7 @@ type tlsServerConfig struct {
 func (c *tlsServerConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.cert, "tls-cert", "", "PEM certificate chain to serve HTTPS with (with --tls-key); read again when the file changes, without a restart")
 	fs.StringVar(&c.key, "tls-key", "", "PEM private key of --tls-cert")
-	fs.StringVar(&c.clientCA, "tls-client-ca", "", "PEM CA bundle: every client must present a certificate it signed (mTLS; the certificate authenticates the connection, tokens still authorise); read at start")
+	fs.StringVar(&c.clientCA, "tls-client-ca", "", "PEM CA bundle: every client must present a certificate it signed (mTLS; the certificate authenticates the connection, tokens still authorise); read again when the file changes, without a restart")
 }
 
 // validate checks the flags go together, before anything is opened.
@@ -51,117 +49,18 @@ func (c *tlsServerConfig) health() httpapi.TLSHealth {
 }
 
 // serverTLS returns the listener's TLS configuration, or nil without
-// --tls-cert. The key pair is loaded now, so that a bad one stops serve at
-// start; afterwards it is read again when its files change.
+// --tls-cert. The key pair and the client CA bundle are loaded now, so that
+// a bad one stops serve at start; afterwards they are read again when their
+// files change, and at every check after a load failed (tlsReloader).
 func (c *tlsServerConfig) serverTLS(logger *slog.Logger) (*tls.Config, error) {
 	if c.cert == "" {
 		return nil, nil
 	}
-	r := &certReloader{certFile: c.cert, keyFile: c.key, logger: logger, now: time.Now}
-	if err := r.load(); err != nil {
+	r, err := newTLSReloader(c.cert, c.key, c.clientCA, logger, time.Now)
+	if err != nil {
 		return nil, err
 	}
-	cfg := &tls.Config{
-		// TLS 1.0 and 1.1 are deprecated (RFC 8996).
-		MinVersion:     tls.VersionTLS12,
-		GetCertificate: r.getCertificate,
-	}
-	if c.clientCA != "" {
-		pool, err := client.LoadCertPool(c.clientCA)
-		if err != nil {
-			return nil, fmt.Errorf("--tls-client-ca: %w", err)
-		}
-		cfg.ClientCAs = pool
-		// Required, not verified-if-given: certificates map to no scope,
-		// so one that is only checked when offered would protect nothing.
-		cfg.ClientAuth = tls.RequireAndVerifyClientCert
-	}
-	return cfg, nil
-}
-
-// certCheckEvery is how often a handshake may look at the key pair's files.
-const certCheckEvery = time.Second
-
-// certReloader serves a key pair from files, read again by the first
-// handshake after they changed (by modification time or size, looked at
-// most once per certCheckEvery). A pair that fails to load is logged and the
-// last good one kept: a half-written renewal never stops the service, and
-// open connections are never touched.
-type certReloader struct {
-	certFile, keyFile string
-	logger            *slog.Logger
-	now               func() time.Time
-
-	mu      sync.Mutex // protects the fields below
-	cert    *tls.Certificate
-	stamp   [2]fileStamp // of the files as last loaded or tried
-	checked time.Time
-}
-
-// fileStamp is what tells a changed file without reading it.
-type fileStamp struct {
-	mtime time.Time
-	size  int64
-}
-
-func stampOf(path string) (fileStamp, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return fileStamp{}, err
-	}
-	return fileStamp{st.ModTime(), st.Size()}, nil
-}
-
-// load reads the pair at start; any error is fatal.
-func (r *certReloader) load() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.checked = r.now()
-	return r.reloadLocked()
-}
-
-// reloadLocked reads the pair if its files changed since the last try.
-func (r *certReloader) reloadLocked() error {
-	var stamp [2]fileStamp
-	for i, path := range []string{r.certFile, r.keyFile} {
-		s, err := stampOf(path)
-		if err != nil {
-			return fmt.Errorf("tls key pair: %w", err)
-		}
-		stamp[i] = s
-	}
-	if r.cert != nil && stamp == r.stamp {
-		return nil
-	}
-	r.stamp = stamp
-	cert, err := tls.LoadX509KeyPair(r.certFile, r.keyFile)
-	if err != nil {
-		return fmt.Errorf("tls key pair %s, %s: %w", r.certFile, r.keyFile, err)
-	}
-	if cert.Leaf == nil {
-		if cert.Leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
-			return fmt.Errorf("tls certificate %s: %w", r.certFile, err)
-		}
-	}
-	if r.cert != nil {
-		r.logger.Info("tls certificate reloaded", "file", r.certFile, "serial", cert.Leaf.SerialNumber.String(),
-			"not_after", cert.Leaf.NotAfter.UTC())
-	}
-	r.cert = &cert
-	return nil
-}
-
-// getCertificate is tls.Config.GetCertificate.
-func (r *certReloader) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if now := r.now(); now.Sub(r.checked) >= certCheckEvery {
-		r.checked = now
-		if err := r.reloadLocked(); err != nil {
-			r.logger.Error("tls certificate not reloaded; serving the last good one", "err", err)
-		}
-	}
-	return r.cert, nil
+	return r.serverConfig(), nil
 }
 
 // serverProtocols are the listener's protocols: HTTP/1.1, HTTP/2 over TLS,

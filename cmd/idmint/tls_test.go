@@ -9,19 +9,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/idmint/idmint/client"
-	"github.com/idmint/idmint/internal/testlog"
 	"github.com/idmint/idmint/internal/testutil"
 )
 
@@ -304,6 +301,33 @@ func TestServe_TLS(t *testing.T) {
 			t.Errorf("the reload was not logged")
 		}
 	})
+
+	// The client CA bundle is read again too: a client of a CA added to
+	// it is accepted without a restart, over HTTP/2 still.
+	t.Run("client CA reload", func(t *testing.T) {
+		stranger := s.httpClient(t, "", "", func(c *tls.Config) {
+			c.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+				cert, err := tls.LoadX509KeyPair(s.strangerCert, s.strangerKey)
+				return &cert, err
+			}
+		})
+		bundle := append(readFile(t, s.ca.File), readFile(t, s.other.File)...)
+		writeFile(t, s.ca.File, bundle)
+		testutil.EventuallyOr(t, 20*time.Second, "a client of the added CA accepted", func() bool {
+			resp, err := stranger.Get(s.base + "/openapi.yaml")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			if resp.ProtoMajor != 2 {
+				t.Fatalf("%s after the reload, want HTTP/2", resp.Proto)
+			}
+			return true
+		}, s.logs)
+		if !strings.Contains(s.logs(), `"msg":"tls client CA bundle reloaded"`) {
+			t.Errorf("the reload was not logged")
+		}
+	})
 }
 
 // TestServe_H2C: serve's plain listener speaks HTTP/2 with prior knowledge
@@ -353,65 +377,5 @@ func TestServe_TLSFlags(t *testing.T) {
 				t.Fatalf("serve %v: %v, want %q", tc.args, err, tc.want)
 			}
 		})
-	}
-}
-
-// TestCertReloader: the key pair is read again only when its files changed
-// and a second has passed since the last look; a pair that fails to load is
-// logged and the last good one served; handshakes may ask at once.
-func TestCertReloader(t *testing.T) {
-	dir := t.TempDir()
-	ca := testutil.NewCA(t, dir, "idmint")
-	certFile, keyFile := ca.Issue(t, dir, "server", 1, true)
-	var mu sync.Mutex
-	now := time.Unix(1_700_000_000, 0)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	advance := func() { mu.Lock(); now = now.Add(certCheckEvery); mu.Unlock() }
-	logs := &testlog.Buffer{}
-	r := &certReloader{certFile: certFile, keyFile: keyFile, logger: slog.New(slog.NewTextHandler(logs, nil)), now: clock}
-	if err := r.load(); err != nil {
-		t.Fatal(err)
-	}
-	serial := func() int64 {
-		c, err := r.getCertificate(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c.Leaf.SerialNumber.Int64()
-	}
-
-	ca.Issue(t, dir, "server", 2, true)
-	if got := serial(); got != 1 {
-		t.Fatalf("serial %d within the second of the last look, want 1", got)
-	}
-	advance()
-	if got := serial(); got != 2 {
-		t.Fatalf("serial %d after the files changed, want 2", got)
-	}
-	if err := os.WriteFile(certFile, []byte("-----BEGIN CERTIFICATE-----\ngarbage\n-----END CERTIFICATE-----\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	advance()
-	if got := serial(); got != 2 || !strings.Contains(logs.String(), "tls certificate not reloaded") {
-		t.Fatalf("serial %d after a broken renewal, want the last good 2 and a log line:\n%s", got, logs.String())
-	}
-
-	// Many handshakes at once while the pair changes.
-	ca.Issue(t, dir, "server", 3, true)
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			for range 100 {
-				if c, err := r.getCertificate(nil); err != nil || c == nil {
-					t.Errorf("getCertificate: %v", err)
-					return
-				}
-				advance()
-			}
-		})
-	}
-	wg.Wait()
-	if got := serial(); got != 3 {
-		t.Fatalf("serial %d, want 3", got)
 	}
 }
