@@ -60,10 +60,17 @@ type AuthConfig struct {
 	// takes effect on every instance within MaxStale whatever happens to
 	// the store; a token once seen revoked is never accepted again.
 	MaxStale time.Duration
+	// LoginSession is how long a login at /id/login lasts (default
+	// DefaultLoginSession): the login cookie is refused after it, and a
+	// shorter setting shortens the sessions already made.
+	LoginSession time.Duration
 }
 
 // DefaultMaxStale is AuthConfig.MaxStale's default.
 const DefaultMaxStale = 30 * time.Second
+
+// DefaultLoginSession is AuthConfig.LoginSession's default: a working day.
+const DefaultLoginSession = 12 * time.Hour
 
 // initAccess sets up token checks and per-address limits from the config.
 func (s *Server) initAccess() {
@@ -77,6 +84,9 @@ func (s *Server) initAccess() {
 	if a.MaxStale <= 0 {
 		a.MaxStale = DefaultMaxStale
 	}
+	if s.cfg.Auth.LoginSession <= 0 {
+		s.cfg.Auth.LoginSession = DefaultLoginSession
+	}
 	s.auth = &authenticator{src: a.Tokens, refresh: a.Refresh, maxStale: max(a.MaxStale, a.Refresh),
 		timeout: max(s.cfg.PingTimeout, time.Second), now: s.cfg.Now}
 	per := s.cfg.Limits.IDsPerSecondPerToken
@@ -89,14 +99,17 @@ func (s *Server) initAccess() {
 		}
 		return nil
 	}
+	s.loginLimits = newLoginLimits(s.cfg.Limits)
 	s.addrLimits = newAddrLimits(s.cfg.Limits.IDsPerSecondPerAddress, s.cfg.MaxCount, s.cfg.Limits.MaxAddresses)
 	s.cfg.Metrics.refusedCounter()
 }
 
-// monitoring wraps /metrics, /id/health and /id/dashboard: open, unless
-// ProtectMonitoring asks for a token with the monitor or admin scope, as a
-// bearer token or as the login cookie (login.go).
-func (s *Server) monitoring(next http.Handler) http.Handler { return s.monitoringAuth(next, false) }
+// monitoring wraps /metrics: open, unless ProtectMonitoring asks for a
+// bearer token with the monitor or admin scope. /id/health and
+// /id/dashboard take the login cookie too (monitoringAuth, login.go).
+func (s *Server) monitoring(next http.Handler) http.Handler {
+	return s.monitoringAuth(next, bearerOnly)
+}
 
 // principal is a valid token, with its scopes parsed for quick checks.
 type principal struct {
@@ -148,6 +161,14 @@ func (p *principal) allowsTag(tag string) bool {
 // hasIDScope reports whether the token may take IDs of some tag.
 func (p *principal) hasIDScope() bool {
 	return p.allIDs || len(p.tags) > 0 || len(p.prefixes) > 0
+}
+
+// monitorOnly reports whether the token's only scope is monitor: the one
+// kind of token a login session may stand for, since a browser keeps the
+// cookie, and one that could take IDs or administer would be worth
+// stealing.
+func (p *principal) monitorOnly() bool {
+	return p.monitor && !p.admin && !p.hasIDScope()
 }
 
 // tokenSet is one read of the tokens: the valid ones by ID, as of the
@@ -278,12 +299,27 @@ func (a *authenticator) authenticate(r *http.Request) (*principal, *apiError) {
 }
 
 // check returns the principal of a token, or the 401 (or 503) to answer:
-// the one check of a bearer token and of the monitoring cookie alike.
+// the one check of a bearer token and of the login form's token alike.
 func (a *authenticator) check(ctx context.Context, raw string) (*principal, *apiError) {
 	id, secret, ok := token.Parse(raw)
 	if !ok {
 		return nil, unauthorized("invalid_token", "malformed bearer token")
 	}
+	p, err := a.lookup(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !p.token.Matches(secret) {
+		return nil, unauthorized("invalid_token", "invalid or revoked bearer token")
+	}
+	return p, nil
+}
+
+// lookup returns the principal of the valid token whose ID is id, or the
+// 401 (or 503) to answer; the caller proves it holds the token (the
+// secret, or a login session signed with its hash). A token revoked is
+// refused whatever else happens: login sessions end with their token.
+func (a *authenticator) lookup(ctx context.Context, id string) (*principal, *apiError) {
 	if a == nil || a.src == nil {
 		return nil, unauthorized("invalid_token", "invalid or revoked bearer token")
 	}
@@ -298,14 +334,34 @@ func (a *authenticator) check(ctx context.Context, raw string) (*principal, *api
 	}
 	// A copy older than maxStale might still hold a token revoked since:
 	// the store cannot tell, so neither 200 nor 401.
-	if set == nil || set.byID == nil || a.now().Sub(set.readAt) > a.maxStale {
-		return nil, requestError(CodeUnavailable, "tokens cannot be checked right now: the store cannot be reached; retry later")
+	if a.stale(set) {
+		return nil, errTokensUnchecked
 	}
 	p := set.byID[id]
-	if p == nil || !p.token.Matches(secret) {
+	if p == nil {
 		return nil, unauthorized("invalid_token", "invalid or revoked bearer token")
 	}
 	return p, nil
+}
+
+// errTokensUnchecked is the 503 of a token that cannot be checked.
+var errTokensUnchecked = requestError(CodeUnavailable, "tokens cannot be checked right now: the store cannot be reached; retry later")
+
+// stale reports whether set cannot answer for a token: no read has
+// succeeded, or the last one is older than maxStale.
+func (a *authenticator) stale(set *tokenSet) bool {
+	return set == nil || set.byID == nil || a.now().Sub(set.readAt) > a.maxStale
+}
+
+// checkable returns the 503 to answer when no token can be checked now,
+// whatever the token: the login form answers it before it looks at the
+// token, so that its reply never tells a token seen revoked from one never
+// seen. Nil when tokens can be checked (or none is known at all).
+func (a *authenticator) checkable(ctx context.Context) *apiError {
+	if a == nil || a.src == nil || !a.stale(a.current(ctx)) {
+		return nil
+	}
+	return errTokensUnchecked
 }
 
 // unauthorized is a 401 with its WWW-Authenticate challenge (RFC 6750);

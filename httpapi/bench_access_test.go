@@ -4,7 +4,9 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/memstore"
@@ -44,6 +46,50 @@ func BenchmarkAccess_ID(b *testing.B) {
 				h.ServeHTTP(rec, req)
 				if rec.Code != 200 {
 					b.Fatalf("status %d: %s", rec.Code, rec.Body)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkAccess_Login measures, through the handler alone, GET
+// /id/health under protected monitoring with a monitor token as a bearer
+// and with a login session in the cookie (a map lookup and an HMAC-SHA256
+// instead of a SHA-256), and a refused POST /id/login charged to its
+// address's budget.
+func BenchmarkAccess_Login(b *testing.B) {
+	m := memstore.New()
+	tok, bearer, _ := token.New("bench", []string{"monitor"})
+	if _, err := m.CreateToken(context.Background(), tok); err != nil {
+		b.Fatal(err)
+	}
+	a := allocator.New(allocator.Config{Store: m, Logger: quiet()})
+	defer a.Close(context.Background())
+	h := httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(),
+		Auth:   httpapi.AuthConfig{Tokens: m, ProtectMonitoring: true},
+		Limits: httpapi.Limits{LoginAttemptsPerMinute: 1e12}})
+	session := forgeSession(tok, time.Now().Add(time.Hour))
+	for _, bc := range []struct {
+		name, method, path, body string
+		header                   []string
+		want                     int
+	}{
+		{"health/bearer", "GET", "/id/health", "", []string{"Authorization", "Bearer " + bearer}, 200},
+		{"health/session", "GET", "/id/health", "", []string{"Cookie", httpapi.MonitorCookie + "=" + session}, 200},
+		{"login/refused", "POST", "/id/login", "token=idm_aaaaaaaaaaaaaaaa_" + strings.Repeat("A", 43),
+			[]string{"Content-Type", "application/x-www-form-urlencoded"}, 401},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				req := httptest.NewRequest(bc.method, bc.path, strings.NewReader(bc.body))
+				for i := 0; i+1 < len(bc.header); i += 2 {
+					req.Header.Set(bc.header[i], bc.header[i+1])
+				}
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+				if rec.Code != bc.want {
+					b.Fatalf("status %d, want %d: %s", rec.Code, bc.want, rec.Body)
 				}
 			}
 		})

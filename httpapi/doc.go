@@ -13,10 +13,12 @@
 //
 // Access (auth.go): the ID routes are open or need a bearer token whose
 // scope covers the tag (AuthConfig.IDs); the admin routes always need an
-// admin token; the monitoring routes are open unless protected. Limits
-// (limits.go) bound query and body sizes, read times, IDs per second per
-// token or client address, and range requests (database writes) per second
-// per token or address. Routes added beside these that hand out IDs
+// admin token; the monitoring routes are open unless protected, when a
+// browser logs in at /id/login into a signed session of a monitor token
+// (login.go, session.go). Limits (limits.go) bound query and body sizes,
+// read times, IDs per second per token or client address, range requests
+// (database writes) per second per token or address, and login attempts
+// per minute per address. Routes added beside these that hand out IDs
 // wrap themselves in Server.IDAccess, call Server.AuthorizeTag once they
 // know their tag, and answer errors with Server.WriteError.
 //

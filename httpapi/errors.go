@@ -121,7 +121,7 @@ var errorTable = []errorRule{
 	{code: CodeForbidden, status: http.StatusForbidden, refusal: true, when: "the token's scopes do not cover the route or the `biz_tag`"},
 	{code: CodeNotFound, status: http.StatusNotFound, when: "no such endpoint (the message points at `/id/dashboard`, `/id/health` and `/openapi.yaml`); no such standby"},
 	{code: CodeMethod, status: http.StatusMethodNotAllowed, when: "a method the route does not take (GET routes; POST for `/v1/segments`)"},
-	{code: CodeRateLimited, status: http.StatusTooManyRequests, retry: retryFromError, refusal: true, when: "the token (or address) took its IDs per second, or made its range requests per second"},
+	{code: CodeRateLimited, status: http.StatusTooManyRequests, retry: retryFromError, refusal: true, when: "the token (or address) took its IDs per second, or made its range requests per second; an address made its login attempts per minute (the login form again, as HTML)"},
 	{code: CodeQueryTooLong, status: http.StatusRequestURITooLong, refusal: true, when: "query string over 2048 bytes (a header over 16 KiB is refused by Go's server itself, 431, plain text)"},
 	{code: CodeBodyTooLarge, status: http.StatusRequestEntityTooLarge, refusal: true, when: "request body over 64 KiB"},
 	{code: CodeUnavailable, status: http.StatusServiceUnavailable, retry: retryFixed, when: "tokens cannot be checked: the token store cannot be reached"},
@@ -255,6 +255,18 @@ func (s *Server) WriteError(w http.ResponseWriter, r *http.Request, err error) {
 	if ae, ok := errors.AsType[*apiError](err); ok && ae.challenge != "" {
 		w.Header().Set("WWW-Authenticate", ae.challenge)
 	}
+	setRetryAfter(w, rule, err)
+	var body wire.ErrorBody
+	body.Error.Code = rule.code
+	if body.Error.Message = rule.message; rule.message == "" {
+		body.Error.Message = redact.Error(err)
+	}
+	writeJSON(w, rule.status, body)
+}
+
+// setRetryAfter sets the Retry-After header that err's row asks for, if
+// any.
+func setRetryAfter(w http.ResponseWriter, rule *errorRule, err error) {
 	var wait time.Duration
 	switch rule.retry {
 	case retryFixed:
@@ -263,13 +275,12 @@ func (s *Server) WriteError(w http.ResponseWriter, r *http.Request, err error) {
 		wait = retryAfter(err)
 	}
 	if wait > 0 {
-		secs := int(math.Ceil(wait.Seconds()))
-		w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
+		w.Header().Set("Retry-After", strconv.Itoa(retrySeconds(wait)))
 	}
-	var body wire.ErrorBody
-	body.Error.Code = rule.code
-	if body.Error.Message = rule.message; rule.message == "" {
-		body.Error.Message = redact.Error(err)
-	}
-	writeJSON(w, rule.status, body)
+}
+
+// retrySeconds is a wait in the whole seconds of Retry-After, rounded up,
+// at least 1.
+func retrySeconds(wait time.Duration) int {
+	return max(int(math.Ceil(wait.Seconds())), 1)
 }

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/memstore"
@@ -68,6 +69,57 @@ func FuzzAuth(f *testing.F) {
 		}
 		if rec.Code == http.StatusUnauthorized && rec.Header().Get("WWW-Authenticate") == "" {
 			t.Fatal("401 without WWW-Authenticate")
+		}
+	})
+}
+
+// FuzzLoginCookie sends arbitrary Cookie headers to /id/health under
+// protected monitoring: no panic, always a JSON reply, and a 200 only for
+// a header holding the one live session of the monitor token.
+func FuzzLoginCookie(f *testing.F) {
+	m := memstore.New()
+	mon, monitor, err := token.New("browser", []string{"monitor"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	adm, admin, err := token.New("ops", []string{"admin"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, t := range []token.Token{mon, adm} {
+		if _, err := m.CreateToken(context.Background(), t); err != nil {
+			f.Fatal(err)
+		}
+	}
+	a := allocator.New(allocator.Config{Store: m, Logger: quiet()})
+	f.Cleanup(func() { a.Close(context.Background()) })
+	now := time.Now()
+	h := httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), Now: func() time.Time { return now },
+		Auth: httpapi.AuthConfig{Tokens: m, ProtectMonitoring: true}})
+	good := forgeSession(mon, now.Add(time.Hour))
+	name := httpapi.MonitorCookie + "="
+	for _, seed := range []string{
+		name + good, name + good[:len(good)-1] + "A", name + "x; " + name + good, name + monitor, name + admin,
+		name + forgeSession(adm, now.Add(time.Hour)), name + forgeSession(mon, now.Add(-time.Second)),
+		name + forgeSession(mon, now.Add(100*365*24*time.Hour)), name + strings.Replace(good, ".", "..", 1),
+		name + "v1." + mon.ID + ".+" + good[len("v1.")+len(mon.ID)+1:], "", name, strings.Repeat(name+"v1.;", 50),
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, cookie string) {
+		req := httptest.NewRequest(http.MethodGet, "/id/health", nil)
+		req.Header.Set("Cookie", cookie)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if !json.Valid(rec.Body.Bytes()) {
+			t.Fatalf("not JSON: %q", rec.Body)
+		}
+		in := rec.Code == http.StatusOK || rec.Code == http.StatusServiceUnavailable // health, serving or not
+		if in && !strings.Contains(cookie, good) {
+			t.Fatalf("Cookie %q let in: %d %s", cookie, rec.Code, rec.Body)
+		}
+		if !in && cookie == name+good {
+			t.Fatalf("the live session refused: %d %s", rec.Code, rec.Body)
 		}
 	})
 }

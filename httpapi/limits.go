@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -35,6 +36,12 @@ type Limits struct {
 	// two seconds' worth (0: unlimited; idmint serve sets 20). A client
 	// takes one range every few seconds per tag at most.
 	RangeGrantsPerSecond float64
+	// LoginAttemptsPerMinute bounds the POSTs to /id/login (under
+	// AuthConfig.ProtectMonitoring) per client address (addrKey) and
+	// minute, with a burst of as many (0: unlimited; idmint serve sets
+	// 10): a person mistypes a few times, a script trying tokens is slowed
+	// to a crawl. Behind a proxy all clients share its budget.
+	LoginAttemptsPerMinute float64
 	// MaxAddresses bounds the addresses (and, for RangeGrantsPerSecond,
 	// the tokens) tracked by each limit (default 10,000); when it is full,
 	// idle ones are dropped and new ones share one budget.
@@ -323,6 +330,36 @@ func (g *rangeLimits) reserve(r *http.Request, p *principal, now time.Time) (*ra
 		err.message = "too many range requests (grants and give-backs); retry after the time in Retry-After"
 	}
 	return res, err
+}
+
+// loginLimits bounds the login attempts (POST /id/login) per client
+// address (addrKey), each one a token check, so that the form is no way to
+// try tokens at speed. A nil *loginLimits limits nothing.
+type loginLimits struct {
+	byAddr *ratelimit.Table[netip.Addr]
+}
+
+// newLoginLimits returns the login limits of l, or nil when
+// l.LoginAttemptsPerMinute is 0. The burst is a minute's worth.
+func newLoginLimits(l Limits) *loginLimits {
+	per := l.LoginAttemptsPerMinute
+	if per <= 0 {
+		return nil
+	}
+	return &loginLimits{byAddr: ratelimit.New[netip.Addr](per/60, max(int(math.Ceil(per)), 1), l.MaxAddresses)}
+}
+
+// charge takes one attempt of r's address's budget, or returns the 429 to
+// answer, with the wait in Retry-After.
+func (g *loginLimits) charge(r *http.Request, now time.Time) *apiError {
+	if g == nil {
+		return nil
+	}
+	err := take(g.byAddr.Get(addrKey(clientAddr(r)), now), 1, now)
+	if err != nil {
+		err.message = "too many login attempts from your address; try again after " + strconv.Itoa(retrySeconds(err.retryAfter)) + " s"
+	}
+	return err
 }
 
 // clientAddr is the request's peer address without the port. Forwarded

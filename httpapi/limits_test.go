@@ -75,7 +75,13 @@ func getWith(t *testing.T, url, bearer string) (int, http.Header, []byte) {
 // refused reads idmint_http_refused_total{code} from /metrics.
 func refused(t *testing.T, base, code string) int {
 	t.Helper()
-	_, _, body := getWith(t, base+"/metrics", "")
+	return refusedAs(t, base, "", code)
+}
+
+// refusedAs is refused with a bearer token, for protected monitoring.
+func refusedAs(t *testing.T, base, bearer, code string) int {
+	t.Helper()
+	_, _, body := getWith(t, base+"/metrics", bearer)
 	for line := range strings.Lines(string(body)) {
 		if rest, ok := strings.CutPrefix(line, `idmint_http_refused_total{code="`+code+`"} `); ok {
 			n, _ := strconv.Atoi(strings.TrimSpace(rest))

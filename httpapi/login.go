@@ -9,53 +9,72 @@ import (
 	"github.com/go-chi/chi/v5"
 )
 
-// MonitorCookie is the cookie /id/login sets: a monitor token, for a person
-// who opens the dashboard in a browser under ProtectMonitoring.
+// MonitorCookie is the login cookie /id/login sets, for a person who opens
+// the dashboard in a browser under ProtectMonitoring: a login session of a
+// token whose only scope is monitor (session.go), never the token itself.
 //
-// The cookie is accepted only by the read-only monitoring GETs (/id/health,
-// /id/dashboard, /metrics), never by an ID or admin route: a browser sends
-// it by itself, so it must never let a page make a write. It is checked
-// against the token store as a bearer token is, so a revoked token logs
-// every browser out within a second. It is HttpOnly (no script reads it),
-// SameSite=Strict (no other site's request carries it), Secure when served
-// over TLS, and lasts as long as the browser session.
-const MonitorCookie = "idmint_monitor"
+// The cookie is accepted only by GET and HEAD of /id/dashboard and of the
+// /id/health it polls, never by /metrics (bearer tokens only), an ID or an
+// admin route: a browser sends it by itself, so it must never let a page
+// make a write. Its session is checked against the token store on every
+// request, so revoking the token logs every browser out within a second,
+// and it ends after AuthConfig.LoginSession. It is HttpOnly (no script
+// reads it), SameSite=Strict (no other site's request carries it), Secure
+// when served over TLS, scoped to the directory of the form (/id), and
+// lasts at most as long as the browser session.
+const MonitorCookie = "idmint_monitor_session"
+
+// legacyCookie is the login cookie of earlier versions, which held the
+// token itself at Path=/: a login and a logout delete it from the browser.
+const legacyCookie = "idmint_monitor"
 
 // maxLoginBody bounds the login form: one token.
 const maxLoginBody = 4 << 10
 
 type cookieLoginKey struct{}
 
-// monitoringAuth is monitoring's access check. A request without an
-// Authorization header may carry the login cookie instead, on GET and HEAD
-// only. On the dashboard page (page true) a browser without valid
-// credentials is sent to the login form.
-func (s *Server) monitoringAuth(next http.Handler, page bool) http.Handler {
+// cookieUse says whether a monitoring route takes the login cookie.
+type cookieUse uint8
+
+const (
+	// bearerOnly is /metrics: Prometheus sends a bearer token, and the
+	// cookie's path does not reach it (setLoginCookie).
+	bearerOnly cookieUse = iota
+	// cookieToo is /id/health, which the dashboard polls.
+	cookieToo
+	// cookiePage is /id/dashboard: a browser without valid credentials
+	// is sent to the login form.
+	cookiePage
+)
+
+// monitoringAuth is monitoring's access check. On a route that takes the
+// cookie (use), a GET or HEAD without an Authorization header may carry a
+// login session instead: it is judged by the session alone.
+func (s *Server) monitoringAuth(next http.Handler, use cookieUse) http.Handler {
 	if !s.cfg.Auth.ProtectMonitoring {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var (
-			p   *principal
-			err *apiError
+			p         *principal
+			err       *apiError
+			viaCookie bool
 		)
-		c, noCookie := r.Cookie(MonitorCookie)
-		viaCookie := noCookie == nil && r.Header.Get("Authorization") == "" &&
-			(r.Method == http.MethodGet || r.Method == http.MethodHead)
-		if viaCookie {
-			p, err = s.auth.check(r.Context(), c.Value)
-		} else {
-			p, err = s.auth.authenticate(r)
+		if use != bearerOnly && r.Header.Get("Authorization") == "" &&
+			(r.Method == http.MethodGet || r.Method == http.MethodHead) {
+			if cookies := r.CookiesNamed(MonitorCookie); len(cookies) > 0 {
+				viaCookie = true
+				p, err = s.session(r.Context(), cookies)
+			}
 		}
-		switch {
-		case err != nil:
-		case viaCookie && !p.monitor:
-			err = forbidden("the login cookie needs a token with the monitor scope")
-		case !p.monitor && !p.admin:
-			err = forbidden("this token's scopes do not include monitor")
+		if !viaCookie {
+			p, err = s.auth.authenticate(r)
+			if err == nil && !p.monitor && !p.admin {
+				err = forbidden("this token's scopes do not include monitor")
+			}
 		}
 		if err != nil {
-			if page && err.code == CodeUnauthorized && strings.Contains(r.Header.Get("Accept"), "text/html") {
+			if use == cookiePage && err.code == CodeUnauthorized && strings.Contains(r.Header.Get("Accept"), "text/html") {
 				// A fixed, relative target: /id/login beside the page.
 				seeOther(w, "login")
 				return
@@ -99,39 +118,82 @@ func (s *Server) mountLogin(r chi.Router) {
 	})
 	r.Post("/id/login", sameOrigin(s.handleLogin))
 	r.Post("/id/logout", sameOrigin(func(w http.ResponseWriter, r *http.Request) {
-		http.SetCookie(w, &http.Cookie{Name: MonitorCookie, Value: "", Path: "/", MaxAge: -1,
-			HttpOnly: true, Secure: secureRequest(r), SameSite: http.SameSiteStrictMode})
+		setLoginCookie(w, r, "", -1)
 		seeOther(w, "login")
 	}))
 }
 
+// errLoginRefused is the one answer to a token the form does not take:
+// malformed, made up, revoked or with other scopes than monitor alike, so
+// that the form tells nothing of which tokens exist.
+var errLoginRefused = requestError(CodeUnauthorized,
+	"invalid or revoked token, or not a token whose only scope is monitor (idmint token create --scope monitor)")
+
+// errLoginUnchecked is the login form's 503: no token can be checked now.
+var errLoginUnchecked = requestError(CodeUnavailable, "tokens cannot be checked right now; try again later")
+
 // handleLogin checks the form's token as a bearer token is checked and
-// sets it as the cookie. The token comes from the body only, never from
-// the URL (which logs and histories keep), and is never echoed. Only a
-// token whose only scope is monitor is taken: a browser keeps the cookie,
-// and one that could take IDs or administer would be worth stealing.
+// sets a login session of it as the cookie. Each attempt is charged to
+// the address's login budget before the body is read. The token comes
+// from the body only, never from the URL (which logs and histories keep),
+// and is never echoed. Only a token whose only scope is monitor is taken
+// (principal.monitorOnly), and every other token gets the same reply.
 func (s *Server) handleLogin(w http.ResponseWriter, r *http.Request) {
+	now := s.cfg.Now()
+	if err := s.loginLimits.charge(r, now); err != nil {
+		s.refuseLogin(w, err)
+		return
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxLoginBody)
 	if err := r.ParseForm(); err != nil || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-www-form-urlencoded") {
-		writeLoginPage(w, http.StatusBadRequest, "send the login form")
+		s.refuseLogin(w, requestError(CodeBadRequest, "send the login form"))
 		return
 	}
-	token := strings.TrimSpace(r.PostForm.Get("token"))
-	p, err := s.auth.check(r.Context(), token)
+	// Before the token is looked at: during an outage a token seen
+	// revoked and one never seen get the same 503.
+	if err := s.auth.checkable(r.Context()); err != nil {
+		s.refuseLogin(w, errLoginUnchecked)
+		return
+	}
+	p, err := s.auth.check(r.Context(), strings.TrimSpace(r.PostForm.Get("token")))
 	switch {
-	case err != nil && err.code == CodeUnavailable:
-		writeLoginPage(w, http.StatusServiceUnavailable, "tokens cannot be checked right now; try again later")
+	case err != nil && err.code == CodeUnavailable: // the store went away since
+		s.refuseLogin(w, errLoginUnchecked)
 		return
-	case err != nil:
-		writeLoginPage(w, http.StatusUnauthorized, "invalid or revoked token")
-		return
-	case !p.monitor || p.admin || p.hasIDScope():
-		writeLoginPage(w, http.StatusForbidden, "log in with a token whose only scope is monitor (idmint token create --scope monitor)")
+	case err != nil || !p.monitorOnly():
+		s.refuseLogin(w, errLoginRefused)
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: MonitorCookie, Value: token, Path: "/",
-		HttpOnly: true, Secure: secureRequest(r), SameSite: http.SameSiteStrictMode})
+	setLoginCookie(w, r, newSession(p.token, now.Add(s.cfg.Auth.LoginSession)), 0)
 	seeOther(w, "dashboard")
+}
+
+// refuseLogin answers a refused login with the form again, saying err's
+// message, with the status, Retry-After and refusal count of err's row of
+// errorTable.
+func (s *Server) refuseLogin(w http.ResponseWriter, err *apiError) {
+	rule := lookup(err)
+	if rule.refusal {
+		s.cfg.Metrics.refusedCounter().WithLabelValues(rule.code).Inc()
+	}
+	setRetryAfter(w, rule, err)
+	writeLoginPage(w, rule.status, err.message)
+}
+
+// setLoginCookie sets the login cookie to value (maxAge -1 deletes it)
+// and deletes the legacy one. The cookie has no Path attribute, so that a
+// browser scopes it to the directory of the form's URL (RFC 6265 5.1.4):
+// /id, or /prefix/id behind a proxy that mounts idmint under a prefix,
+// which holds the dashboard and the /id/health it polls. Cookies are not
+// scoped by port, so every service on the host name gets the cookie on
+// its paths under /id and only there; /metrics, which every exporter on a
+// host serves, is left to bearer tokens.
+func setLoginCookie(w http.ResponseWriter, r *http.Request, value string, maxAge int) {
+	secure := secureRequest(r)
+	http.SetCookie(w, &http.Cookie{Name: MonitorCookie, Value: value, MaxAge: maxAge,
+		HttpOnly: true, Secure: secure, SameSite: http.SameSiteStrictMode})
+	http.SetCookie(w, &http.Cookie{Name: legacyCookie, Path: "/", MaxAge: -1,
+		HttpOnly: true, Secure: secure, SameSite: http.SameSiteStrictMode})
 }
 
 // seeOther redirects to target, a fixed path relative to the request's

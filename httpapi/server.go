@@ -104,10 +104,12 @@ type Server struct {
 	requestPrefix string
 
 	// auth checks bearer tokens; addrLimits is nil unless per-address
-	// limits are set, rangeLimits unless range requests are limited.
+	// limits are set, rangeLimits unless range requests are limited,
+	// loginLimits unless login attempts are.
 	auth        *authenticator
 	addrLimits  *addrLimits
 	rangeLimits *rangeLimits
+	loginLimits *loginLimits
 }
 
 // NewServer returns the API over cfg.Allocator.
@@ -154,8 +156,8 @@ func NewServer(cfg Config) *Server {
 	// routes only goes in with r.With, r.Group or a wrapping handler.
 	r.Method(http.MethodGet, "/id", s.IDAccess(http.HandlerFunc(s.handleID)))
 	r.Method(http.MethodGet, "/ids", s.IDAccess(http.HandlerFunc(s.handleIDs)))
-	r.Method(http.MethodGet, "/id/health", s.monitoring(http.HandlerFunc(s.handleHealth)))
-	r.Method(http.MethodGet, "/id/dashboard", s.monitoringAuth(http.HandlerFunc(handleDashboard), true))
+	r.Method(http.MethodGet, "/id/health", s.monitoringAuth(http.HandlerFunc(s.handleHealth), cookieToo))
+	r.Method(http.MethodGet, "/id/dashboard", s.monitoringAuth(http.HandlerFunc(handleDashboard), cookiePage))
 	s.mountLogin(r)
 	r.Method(http.MethodGet, "/metrics", s.monitoring(cfg.Metrics.handler()))
 	r.Get("/openapi.yaml", handleOpenAPI)

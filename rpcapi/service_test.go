@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -447,9 +448,24 @@ func TestGateway_CallerHeaders(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	t.Run("a login cookie is no credential for a call", func(t *testing.T) {
+		noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp, err := noRedirect.PostForm(srv.URL+"/id/login", url.Values{"token": {monitor}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		var session string
+		for _, c := range resp.Cookies() {
+			if c.Name == httpapi.MonitorCookie {
+				session = c.Value
+			}
+		}
+		if session == "" {
+			t.Fatalf("login: %d, no login cookie", resp.StatusCode)
+		}
 		c := grpchealth.NewClient(http.DefaultClient, srv.URL, connect.WithGRPC(),
-			withHeaders("Cookie", httpapi.MonitorCookie+"="+monitor))
-		_, err := c.Check(ctx, &grpchealth.CheckRequest{})
+			withHeaders("Cookie", httpapi.MonitorCookie+"="+session))
+		_, err = c.Check(ctx, &grpchealth.CheckRequest{})
 		if connect.CodeOf(err) != connect.CodeUnauthenticated {
 			t.Fatalf("health check with the login cookie only = %v, want Unauthenticated", err)
 		}

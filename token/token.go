@@ -104,10 +104,8 @@ func Parse(s string) (id, secret string, ok bool) {
 	}
 	id = s[len(prefix) : len(prefix)+idLen]
 	secret = s[len(prefix)+idLen+1:]
-	for i := 0; i < len(id); i++ {
-		if c := id[i]; (c < 'a' || c > 'z') && (c < '2' || c > '7') {
-			return "", "", false
-		}
+	if !ValidID(id) {
+		return "", "", false
 	}
 	for i := 0; i < len(secret); i++ {
 		if c := secret[i]; (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '-' && c != '_' {
@@ -115,6 +113,20 @@ func Parse(s string) (id, secret string, ok bool) {
 		}
 	}
 	return id, secret, true
+}
+
+// ValidID reports whether id has the shape of a token's ID: 16 characters
+// of lower-case base32.
+func ValidID(id string) bool {
+	if len(id) != idLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; (c < 'a' || c > 'z') && (c < '2' || c > '7') {
+			return false
+		}
+	}
+	return true
 }
 
 // Matches reports, in constant time, whether secret is the token's.

@@ -307,6 +307,8 @@ func TestServe_FlagBounds(t *testing.T) {
 		{"--max-count", "0"}, {"--max-count", "1000001"},
 		{"--range-grants-per-second", "-1"}, {"--range-grants-per-second", "NaN"},
 		{"--token-max-stale", "0s"}, {"--token-max-stale", "500ms"}, {"--token-max-stale", "2h"},
+		{"--login-attempts-per-minute", "-1"}, {"--login-attempts-per-minute", "NaN"},
+		{"--login-session", "30s"}, {"--login-session", "721h"},
 	} {
 		var stderr bytes.Buffer
 		// Bounded: an accepted value would serve until the context ends.

@@ -54,11 +54,15 @@ type accessConfig struct {
 	rangeRate         float64
 	readTimeout       time.Duration
 	tokenMaxStale     time.Duration
+	loginRate         float64
+	loginSession      time.Duration
 }
 
 func (a *accessConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.auth, "auth", "open", "who may ask for IDs: open (anyone who reaches the port) or token (a bearer token with an ID scope); /v1 admin routes always need an admin token")
-	fs.BoolVar(&a.protectMonitoring, "protect-monitoring", false, "make /metrics, /id/health and /id/dashboard need a token with the monitor or admin scope")
+	fs.BoolVar(&a.protectMonitoring, "protect-monitoring", false, "make /metrics, /id/health and /id/dashboard need a token with the monitor or admin scope (a browser logs in at /id/login)")
+	fs.Float64Var(&a.loginRate, "login-attempts-per-minute", 10, "logins (POST /id/login, each a token check) per minute each client address may try with --protect-monitoring, burst as many (0: unlimited; behind a proxy all clients share its address)")
+	fs.DurationVar(&a.loginSession, "login-session", httpapi.DefaultLoginSession, fmt.Sprintf("how long a browser's login at /id/login lasts (%v to %v); revoking the token ends it sooner", minLoginSession, maxLoginSession))
 	fs.Float64Var(&a.tokenRate, "ids-per-second-per-token", 0, "IDs per second each token may take with --auth token (0: unlimited); /ids counts its count")
 	fs.Float64Var(&a.addressRate, "ids-per-second-per-address", 0, "IDs per second each client address may take with --auth open (0: unlimited; behind a proxy all clients share its address)")
 	fs.Float64Var(&a.rangeRate, "range-grants-per-second", 20, "range requests (POST /v1/segments and its give-back, each a database write) per second each client address (--auth open) or token (--auth token) may make, burst twice that (0: unlimited)")
@@ -73,6 +77,13 @@ const (
 	maxTokenMaxStale = time.Hour
 )
 
+// The bounds of --login-session: a login cookie copied from a browser
+// opens the dashboard until its session ends, so not for months.
+const (
+	minLoginSession = time.Minute
+	maxLoginSession = 30 * 24 * time.Hour
+)
+
 // validate checks the access flags before anything is opened.
 func (a *accessConfig) validate() error {
 	mode := httpapi.AuthMode(a.auth)
@@ -85,6 +96,12 @@ func (a *accessConfig) validate() error {
 	if a.tokenMaxStale < minTokenMaxStale || a.tokenMaxStale > maxTokenMaxStale {
 		return fmt.Errorf("--token-max-stale %v: want %v to %v", a.tokenMaxStale, minTokenMaxStale, maxTokenMaxStale)
 	}
+	if !(a.loginRate >= 0) || math.IsInf(a.loginRate, 1) {
+		return fmt.Errorf("--login-attempts-per-minute %v: want 0 (unlimited) or a positive number", a.loginRate)
+	}
+	if a.loginSession < minLoginSession || a.loginSession > maxLoginSession {
+		return fmt.Errorf("--login-session %v: want %v to %v", a.loginSession, minLoginSession, maxLoginSession)
+	}
 	return nil
 }
 
@@ -92,9 +109,10 @@ func (a *accessConfig) httpConfig(tokens httpapi.TokenLister) (httpapi.AuthConfi
 	if err := a.validate(); err != nil {
 		return httpapi.AuthConfig{}, httpapi.Limits{}, err
 	}
-	return httpapi.AuthConfig{Tokens: tokens, IDs: httpapi.AuthMode(a.auth), ProtectMonitoring: a.protectMonitoring, MaxStale: a.tokenMaxStale},
+	return httpapi.AuthConfig{Tokens: tokens, IDs: httpapi.AuthMode(a.auth), ProtectMonitoring: a.protectMonitoring,
+			MaxStale: a.tokenMaxStale, LoginSession: a.loginSession},
 		httpapi.Limits{IDsPerSecondPerToken: a.tokenRate, IDsPerSecondPerAddress: a.addressRate,
-			RangeGrantsPerSecond: a.rangeRate, ReadTimeout: a.readTimeout}, nil
+			RangeGrantsPerSecond: a.rangeRate, LoginAttemptsPerMinute: a.loginRate, ReadTimeout: a.readTimeout}, nil
 }
 
 // serveFlags is `idmint serve`.
