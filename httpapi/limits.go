@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"errors"
 	"math"
 	"net"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
+	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/internal/ratelimit"
 )
 
@@ -35,6 +37,16 @@ type Limits struct {
 	// two seconds' worth (0: unlimited; idmint serve sets 20). A client
 	// takes one range every few seconds per tag at most.
 	RangeGrantsPerSecond float64
+	// FloorLeadPerSecond bounds what the floors callers claim on POST
+	// /v1/segments may cost: the lead, the IDs a grant skips when it raises
+	// the tag's max_id to the caller's floor, per client address (addrKey)
+	// in the open mode and per token in the token mode, with a burst of
+	// allocator.MaxClaimedLead, one grant's most (0: the default,
+	// DefaultFloorLeadPerSecond; there is no "unlimited"). The lead counts
+	// against the ID limits above as well, as IDs granted, and one grant's
+	// lead is bounded by what they hold. A floor above the tag's max_id
+	// while either budget is spent is refused with 429, and grants nothing.
+	FloorLeadPerSecond float64
 	// MaxAddresses bounds the addresses (and, for RangeGrantsPerSecond,
 	// the tokens) tracked by each limit (default 10,000); when it is full,
 	// idle ones are dropped and new ones share one budget.
@@ -52,7 +64,26 @@ type Limits struct {
 	MaxHeaderBytes                                            int
 }
 
+// DefaultFloorLeadPerSecond is Limits.FloorLeadPerSecond's default: 10^8
+// IDs of lead a second per principal, so that one principal cannot move a
+// tag past 2^53 (where a JavaScript number stops holding every integer) in
+// under a year at idmint serve's defaults, whose ID limits are off:
+//
+//	leads:  10^8/s (+ one burst of 2^32, once)
+//	ranges: 20 grants/s (--range-grants-per-second) x 10^6 (the default max_step) = 2*10^7/s
+//	2^53 / (1.2*10^8/s) = 7.5*10^7 s, about 2.4 years (the leads alone: 2.85 years)
+//
+// and exhausting 2^63 takes 2,400 years. Before it, a claimed floor cost
+// up to 2^32 a grant, 20 grants a second: 2^53 in 29 hours. A real
+// rollback of L IDs below a client's floor is repaired by that client in
+// about (L - 2^32) / 10^8 seconds (an hour's grants at 10^6 IDs/s: none),
+// or at once by an operator's bump.
+const DefaultFloorLeadPerSecond = 100_000_000
+
 func (l *Limits) setDefaults(requestTimeout time.Duration) {
+	if l.FloorLeadPerSecond <= 0 {
+		l.FloorLeadPerSecond = DefaultFloorLeadPerSecond
+	}
 	if l.MaxAddresses <= 0 {
 		l.MaxAddresses = 10_000
 	}
@@ -162,21 +193,30 @@ func reserve(l *rate.Limiter, n int, now time.Time) (*rate.Reservation, *apiErro
 
 // idCharge is the charge of a request that learns how many IDs it took only
 // once it has them (POST /v1/segments): reserved up front for what it asked,
-// settled at what it got.
+// settled at what it got. A grant with a floor also holds the lead its floor
+// may raise max_id by (maxLead), reserved from the floor-lead budget and
+// bounded by what the ID limit holds, settled at the lead it took.
 type idCharge struct {
-	l   *rate.Limiter // nil: no limit applies
+	l   *rate.Limiter // the ID limit; nil: none applies
 	res *rate.Reservation
-	now time.Time
+	// lead is the floor-lead budget (nil: no floor claimed); leadRes holds
+	// maxLead of it.
+	lead    *rate.Limiter
+	leadRes *rate.Reservation
+	maxLead int64
+	asked   int64
+	now     time.Time
 }
 
 // chargeIDs charges a request of the range endpoints: one write of the
 // range budget (rangeLimits) and asked IDs (at least 1, at most the
 // limiter's burst) of the ID limit that applies to r: its token's in the
-// token mode (r has passed IDAccess), its address's in the open mode. It
-// returns the 429 to answer when either budget is spent; a refused request
-// is charged nothing.
-func (s *Server) chargeIDs(r *http.Request, asked int64) (*idCharge, *apiError) {
-	c := &idCharge{now: s.cfg.Now()}
+// token mode (r has passed IDAccess), its address's in the open mode. A
+// grant that claims a floor also reserves its lead (see idCharge). It
+// returns the 429 to answer when the write or the IDs are spent; a refused
+// request is charged nothing.
+func (s *Server) chargeIDs(r *http.Request, asked int64, floor bool) (*idCharge, *apiError) {
+	c := &idCharge{now: s.cfg.Now(), asked: max(asked, 1)}
 	var p *principal
 	if s.cfg.Auth.IDs == AuthToken {
 		if p, _ = r.Context().Value(principalKey{}).(*principal); p != nil {
@@ -189,33 +229,111 @@ func (s *Server) chargeIDs(r *http.Request, asked int64) (*idCharge, *apiError) 
 	if err != nil {
 		return nil, err
 	}
-	if c.l == nil {
-		return c, nil
-	}
-	res, err := reserve(c.l, int(min(max(asked, 1), int64(c.l.Burst()))), c.now)
-	if err != nil {
-		if write != nil {
-			write.CancelAt(c.now)
+	if c.l != nil {
+		res, err := reserve(c.l, int(min(c.asked, int64(c.l.Burst()))), c.now)
+		if err != nil {
+			if write != nil {
+				write.CancelAt(c.now)
+			}
+			return nil, err
 		}
-		return nil, err
+		c.res = res
 	}
-	c.res = res
+	if floor {
+		// The lead is IDs taken: at most what the ID limit holds beyond
+		// the size reserved, and what the floor-lead budget holds.
+		n := int64(allocator.MaxClaimedLead)
+		if c.l != nil {
+			n = min(n, int64(c.l.TokensAt(c.now)))
+		}
+		if c.lead = s.leadLimits.limiter(r, p, c.now); c.lead != nil {
+			c.maxLead, c.leadRes = reserveUpTo(c.lead, n, c.now)
+		}
+	}
 	return c, nil
 }
 
-// settle makes the charge exactly got IDs: the reservation is given back and
-// got is owed instead, past the burst if need be (later requests wait it
-// off). Nothing taken costs nothing.
-func (c *idCharge) settle(got int64) {
-	if c.l == nil {
-		return
+// reserveUpTo reserves as many of n whole tokens as l holds at now, and
+// returns how many (0 and nil when none). It never reserves ahead: a
+// concurrent request that took tokens first leaves this one less.
+func reserveUpTo(l *rate.Limiter, n int64, now time.Time) (int64, *rate.Reservation) {
+	for range 3 {
+		have := min(n, int64(l.TokensAt(now)))
+		if have <= 0 {
+			return 0, nil
+		}
+		res := l.ReserveN(now, int(have))
+		if res.OK() && res.DelayFrom(now) == 0 {
+			return have, res
+		}
+		res.CancelAt(now) // another request took some meanwhile: look again
 	}
-	c.res.CancelAt(c.now)
-	for got > 0 {
-		n := min(got, int64(c.l.Burst()))
-		c.l.ReserveN(c.now, int(n))
-		got -= n
+	return 0, nil
+}
+
+// settle makes the charge exactly got IDs and a lead of lead: the
+// reservations are given back, and got + lead IDs are owed to the ID limit
+// instead, past the burst if need be (later requests wait it off), and lead
+// to the floor-lead budget. Nothing taken costs nothing.
+func (c *idCharge) settle(got, lead int64) {
+	if c.leadRes != nil {
+		c.leadRes.CancelAt(c.now)
+		owe(c.lead, lead, c.now)
 	}
+	if c.l != nil {
+		c.res.CancelAt(c.now)
+		owe(c.l, got+lead, c.now)
+	}
+}
+
+// unsureLead is the lead to charge for a grant that failed with err: its
+// whole maxLead when the grant may have committed (ambiguous, or committed
+// but not confirmed on the standbys), else none. A lead that may have been
+// taken is counted as taken.
+func (c *idCharge) unsureLead(err error) int64 {
+	if errors.Is(err, allocator.ErrAmbiguous) || errors.Is(err, allocator.ErrNotReplicated) {
+		return c.maxLead
+	}
+	return 0
+}
+
+// floorRefused is the 429 of a grant refused because its floor is above the
+// tag's max_id while it had no lead (allocator.ErrFloorBudget), settled at
+// nothing: its Retry-After is when the floor-lead budget holds an ID again,
+// and the ID limit one beyond the size asked.
+func (c *idCharge) floorRefused() *apiError {
+	var wait time.Duration
+	if c.lead != nil {
+		wait = delayOf(c.lead, 1, c.now)
+	}
+	if c.l != nil {
+		wait = max(wait, delayOf(c.l, min(c.asked+1, int64(c.l.Burst())), c.now))
+	}
+	e := rateLimited(wait)
+	e.message = floorRefusedMessage
+	return e
+}
+
+const floorRefusedMessage = "floor: the tag's max_id is below the floor claimed, and this caller's budget for raising it (its floor lead, or its IDs per second) is spent; nothing granted; retry after the time in Retry-After"
+
+// owe charges n to l at now, past the burst if need be, in pieces of at most
+// the burst.
+func owe(l *rate.Limiter, n int64, now time.Time) {
+	for n > 0 {
+		k := min(n, int64(l.Burst()))
+		l.ReserveN(now, int(k))
+		n -= k
+	}
+}
+
+// delayOf is how long from now until l holds n tokens (a second if never).
+func delayOf(l *rate.Limiter, n int64, now time.Time) time.Duration {
+	res := l.ReserveN(now, int(n))
+	defer res.CancelAt(now)
+	if !res.OK() {
+		return time.Second
+	}
+	return res.DelayFrom(now)
 }
 
 func rateLimited(wait time.Duration) *apiError {
@@ -278,45 +396,65 @@ func addrKey(addr string) netip.Addr {
 	return a
 }
 
-// rangeLimits bounds the writes to the store that the range endpoints make:
-// one a grant (a row of the segment log) or a give-back, per client address
-// (addrKey) in the open mode and per token in the token mode, so that a
-// flood of them is refused before it reaches the database. One of its
-// tables is nil, by the mode; a nil *rangeLimits limits nothing.
-type rangeLimits struct {
+// principalLimits is one budget per principal: per client address
+// (addrKey) in the open mode and per token in the token mode. One of its
+// tables is nil, by the mode; a nil *principalLimits limits nothing. The
+// range endpoints have two: the writes to the store they make, one a grant
+// (a row of the segment log) or a give-back, so that a flood of them is
+// refused before it reaches the database (rangeLimits), and the leads of
+// the floors their callers claim (leadLimits).
+type principalLimits struct {
 	byAddr  *ratelimit.Table[netip.Addr]
 	byToken *ratelimit.Table[string]
 }
 
 // newRangeLimits returns the range limits of l in mode, or nil when
 // l.RangeGrantsPerSecond is 0. The burst is two seconds' worth.
-func newRangeLimits(l Limits, mode AuthMode) *rangeLimits {
+func newRangeLimits(l Limits, mode AuthMode) *principalLimits {
 	per := l.RangeGrantsPerSecond
 	if per <= 0 {
 		return nil
 	}
-	burst := max(int(math.Ceil(2*per)), 1)
-	if mode == AuthToken {
-		return &rangeLimits{byToken: ratelimit.New[string](per, burst, l.MaxAddresses)}
-	}
-	return &rangeLimits{byAddr: ratelimit.New[netip.Addr](per, burst, l.MaxAddresses)}
+	return newPrincipalLimits(per, max(int(math.Ceil(2*per)), 1), l.MaxAddresses, mode)
 }
 
-// reserve takes one write of the budget of p (the token mode) or of r's
-// address (the open mode), or returns the 429 to answer. It returns a nil
-// reservation when nothing is limited.
-func (g *rangeLimits) reserve(r *http.Request, p *principal, now time.Time) (*rate.Reservation, *apiError) {
-	var l *rate.Limiter
+// newLeadLimits returns the floor-lead limits of l in mode: a second's
+// worth of l.FloorLeadPerSecond, and at least one grant's most lead.
+func newLeadLimits(l Limits, mode AuthMode) *principalLimits {
+	per := l.FloorLeadPerSecond
+	return newPrincipalLimits(per, max(int(math.Ceil(per)), allocator.MaxClaimedLead), l.MaxAddresses, mode)
+}
+
+func newPrincipalLimits(per float64, burst, capacity int, mode AuthMode) *principalLimits {
+	if mode == AuthToken {
+		return &principalLimits{byToken: ratelimit.New[string](per, burst, capacity)}
+	}
+	return &principalLimits{byAddr: ratelimit.New[netip.Addr](per, burst, capacity)}
+}
+
+// limiter returns the budget of p (the token mode) or of r's address (the
+// open mode): nil when g is nil, or without a principal in the token mode
+// (not reached: IDAccess refuses a request without a token).
+func (g *principalLimits) limiter(r *http.Request, p *principal, now time.Time) *rate.Limiter {
 	switch {
 	case g == nil:
-		return nil, nil
+		return nil
 	case g.byToken != nil:
 		if p == nil {
-			return nil, nil // not reached: IDAccess refuses a request without a token
+			return nil
 		}
-		l = g.byToken.Get(p.token.ID, now)
-	default:
-		l = g.byAddr.Get(addrKey(clientAddr(r)), now)
+		return g.byToken.Get(p.token.ID, now)
+	}
+	return g.byAddr.Get(addrKey(clientAddr(r)), now)
+}
+
+// reserve takes one write of the range budget of p or of r's address, or
+// returns the 429 to answer. It returns a nil reservation when nothing is
+// limited.
+func (g *principalLimits) reserve(r *http.Request, p *principal, now time.Time) (*rate.Reservation, *apiError) {
+	l := g.limiter(r, p, now)
+	if l == nil {
+		return nil, nil
 	}
 	res, err := reserve(l, 1, now)
 	if err != nil {

@@ -104,10 +104,12 @@ type Server struct {
 	requestPrefix string
 
 	// auth checks bearer tokens; addrLimits is nil unless per-address
-	// limits are set, rangeLimits unless range requests are limited.
+	// limits are set, rangeLimits unless range requests are limited;
+	// leadLimits bounds the leads of claimed floors (always).
 	auth        *authenticator
 	addrLimits  *addrLimits
-	rangeLimits *rangeLimits
+	rangeLimits *principalLimits
+	leadLimits  *principalLimits
 }
 
 // NewServer returns the API over cfg.Allocator.
@@ -138,6 +140,7 @@ func NewServer(cfg Config) *Server {
 	s.exchanges.New = func() any { return new(exchange) }
 	s.initAccess()
 	s.rangeLimits = newRangeLimits(s.cfg.Limits, s.cfg.Auth.IDs)
+	s.leadLimits = newLeadLimits(s.cfg.Limits, s.cfg.Auth.IDs)
 	r := chi.NewRouter()
 	// What serve does around the router (request ID, bounded wait,
 	// recovery, metrics) applies to every route; this caps query and body
