@@ -193,30 +193,31 @@ func reserve(l *rate.Limiter, n int, now time.Time) (*rate.Reservation, *apiErro
 
 // idCharge is the charge of a request that learns how many IDs it took only
 // once it has them (POST /v1/segments): reserved up front for what it asked,
-// settled at what it got. A grant with a floor also holds the lead its floor
-// may raise max_id by (maxLead), reserved from the floor-lead budget and
-// bounded by what the ID limit holds, settled at the lead it took.
+// settled at what it got. A grant with a floor also takes up front the lead
+// its floor may raise max_id by (maxLead) from the floor-lead budget, bounded
+// by what the ID limit holds, and gives back what it did not take.
 type idCharge struct {
 	l   *rate.Limiter // the ID limit; nil: none applies
 	res *rate.Reservation
-	// lead is the floor-lead budget (nil: no floor claimed); leadRes holds
-	// maxLead of it.
-	lead    *rate.Limiter
-	leadRes *rate.Reservation
+	// reserved is what res holds: the IDs asked, at most l's burst.
+	reserved int64
+	// lead is the floor-lead budget (nil: no floor claimed), maxLead what
+	// was taken of it.
+	lead    *ratelimit.Bucket
 	maxLead int64
-	asked   int64
 	now     time.Time
+	clock   func() time.Time
 }
 
 // chargeIDs charges a request of the range endpoints: one write of the
 // range budget (rangeLimits) and asked IDs (at least 1, at most the
 // limiter's burst) of the ID limit that applies to r: its token's in the
 // token mode (r has passed IDAccess), its address's in the open mode. A
-// grant that claims a floor also reserves its lead (see idCharge). It
-// returns the 429 to answer when the write or the IDs are spent; a refused
-// request is charged nothing.
+// grant that claims a floor also takes its lead (see idCharge). It returns
+// the 429 to answer when the write or the IDs are spent; a refused request
+// is charged nothing.
 func (s *Server) chargeIDs(r *http.Request, asked int64, floor bool) (*idCharge, *apiError) {
-	c := &idCharge{now: s.cfg.Now(), asked: max(asked, 1)}
+	c := &idCharge{now: s.cfg.Now(), clock: s.cfg.Now}
 	var p *principal
 	if s.cfg.Auth.IDs == AuthToken {
 		if p, _ = r.Context().Value(principalKey{}).(*principal); p != nil {
@@ -225,12 +226,13 @@ func (s *Server) chargeIDs(r *http.Request, asked int64, floor bool) (*idCharge,
 	} else if s.addrLimits != nil {
 		c.l = s.addrLimits.limiter(clientAddr(r), c.now)
 	}
-	write, err := s.rangeLimits.reserve(r, p, c.now)
+	write, err := reserveWrite(s.rangeLimits, r, p, c.now)
 	if err != nil {
 		return nil, err
 	}
 	if c.l != nil {
-		res, err := reserve(c.l, int(min(c.asked, int64(c.l.Burst()))), c.now)
+		c.reserved = min(max(asked, 1), int64(c.l.Burst()))
+		res, err := reserve(c.l, int(c.reserved), c.now)
 		if err != nil {
 			if write != nil {
 				write.CancelAt(c.now)
@@ -240,50 +242,40 @@ func (s *Server) chargeIDs(r *http.Request, asked int64, floor bool) (*idCharge,
 		c.res = res
 	}
 	if floor {
-		// The lead is IDs taken: at most what the ID limit holds beyond
-		// the size reserved, and what the floor-lead budget holds.
+		// The lead is IDs taken: at most what the floor-lead budget holds,
+		// and what the ID limit holds beyond the size reserved (read, not
+		// reserved: the lead is owed to it once known).
 		n := int64(allocator.MaxClaimedLead)
 		if c.l != nil {
 			n = min(n, int64(c.l.TokensAt(c.now)))
 		}
 		if c.lead = s.leadLimits.limiter(r, p, c.now); c.lead != nil {
-			c.maxLead, c.leadRes = reserveUpTo(c.lead, n, c.now)
+			c.maxLead = c.lead.TakeUpTo(c.now, n)
 		}
 	}
 	return c, nil
 }
 
-// reserveUpTo reserves as many of n whole tokens as l holds at now, and
-// returns how many (0 and nil when none). It never reserves ahead: a
-// concurrent request that took tokens first leaves this one less.
-func reserveUpTo(l *rate.Limiter, n int64, now time.Time) (int64, *rate.Reservation) {
-	for range 3 {
-		have := min(n, int64(l.TokensAt(now)))
-		if have <= 0 {
-			return 0, nil
-		}
-		res := l.ReserveN(now, int(have))
-		if res.OK() && res.DelayFrom(now) == 0 {
-			return have, res
-		}
-		res.CancelAt(now) // another request took some meanwhile: look again
-	}
-	return 0, nil
-}
-
-// settle makes the charge exactly got IDs and a lead of lead: the
-// reservations are given back, and got + lead IDs are owed to the ID limit
-// instead, past the burst if need be (later requests wait it off), and lead
-// to the floor-lead budget. Nothing taken costs nothing.
+// settle makes the charge exactly got IDs and a lead of lead (at most
+// maxLead): the floor-lead budget gets back what the lead did not take; the
+// ID limit is owed got + lead, past the burst if need be (later requests
+// wait it off). Nothing taken costs nothing.
 func (c *idCharge) settle(got, lead int64) {
-	if c.leadRes != nil {
-		c.leadRes.CancelAt(c.now)
-		owe(c.lead, lead, c.now)
+	now := c.clock()
+	if c.lead != nil {
+		c.lead.Give(now, c.maxLead-lead)
 	}
-	if c.l != nil {
+	if c.l == nil {
+		return
+	}
+	if got != c.reserved {
+		// A rate.Limiter cancels only at the time it reserved (which
+		// credits again the refill since, when others charged it
+		// meanwhile): only when the size differs from what was asked.
 		c.res.CancelAt(c.now)
-		owe(c.l, got+lead, c.now)
+		owe(c.l, got, c.now)
 	}
+	owe(c.l, lead, now)
 }
 
 // unsureLead is the lead to charge for a grant that failed with err: its
@@ -298,16 +290,19 @@ func (c *idCharge) unsureLead(err error) int64 {
 }
 
 // floorRefused is the 429 of a grant refused because its floor is above the
-// tag's max_id while it had no lead (allocator.ErrFloorBudget), settled at
-// nothing: its Retry-After is when the floor-lead budget holds an ID again,
-// and the ID limit one beyond the size asked.
+// tag's max_id while it had no lead (allocator.ErrFloorBudget), once settled
+// at nothing: its Retry-After is when the floor-lead budget holds an ID
+// again, and the ID limit one beyond the size asked.
 func (c *idCharge) floorRefused() *apiError {
+	now := c.clock()
 	var wait time.Duration
 	if c.lead != nil {
-		wait = delayOf(c.lead, 1, c.now)
+		wait = c.lead.Wait(now, 1)
 	}
 	if c.l != nil {
-		wait = max(wait, delayOf(c.l, min(c.asked+1, int64(c.l.Burst())), c.now))
+		if short := float64(min(max(c.reserved, 1)+1, int64(c.l.Burst()))) - c.l.TokensAt(now); short > 0 {
+			wait = max(wait, time.Duration(math.Ceil(short/float64(c.l.Limit())*float64(time.Second))))
+		}
 	}
 	e := rateLimited(wait)
 	e.message = floorRefusedMessage
@@ -324,16 +319,6 @@ func owe(l *rate.Limiter, n int64, now time.Time) {
 		l.ReserveN(now, int(k))
 		n -= k
 	}
-}
-
-// delayOf is how long from now until l holds n tokens (a second if never).
-func delayOf(l *rate.Limiter, n int64, now time.Time) time.Duration {
-	res := l.ReserveN(now, int(n))
-	defer res.CancelAt(now)
-	if !res.OK() {
-		return time.Second
-	}
-	return res.DelayFrom(now)
 }
 
 func rateLimited(wait time.Duration) *apiError {
@@ -358,7 +343,7 @@ func chargeToken(p *principal, n int, now time.Time) *apiError {
 // thus never resets a busy address's budget: an address holding a grudge
 // gets at most its own limit, plus a share of the overflow budget.
 type addrLimits struct {
-	table *ratelimit.Table[netip.Addr]
+	table *ratelimit.Table[netip.Addr, *rate.Limiter]
 }
 
 func newAddrLimits(perSecond float64, maxCount, maxAddrs int) *addrLimits {
@@ -402,56 +387,58 @@ func addrKey(addr string) netip.Addr {
 // range endpoints have two: the writes to the store they make, one a grant
 // (a row of the segment log) or a give-back, so that a flood of them is
 // refused before it reaches the database (rangeLimits), and the leads of
-// the floors their callers claim (leadLimits).
-type principalLimits struct {
-	byAddr  *ratelimit.Table[netip.Addr]
-	byToken *ratelimit.Table[string]
+// the floors their callers claim (leadLimits), settled once known.
+type principalLimits[L any] struct {
+	byAddr  *ratelimit.Table[netip.Addr, L]
+	byToken *ratelimit.Table[string, L]
 }
 
 // newRangeLimits returns the range limits of l in mode, or nil when
 // l.RangeGrantsPerSecond is 0. The burst is two seconds' worth.
-func newRangeLimits(l Limits, mode AuthMode) *principalLimits {
+func newRangeLimits(l Limits, mode AuthMode) *principalLimits[*rate.Limiter] {
 	per := l.RangeGrantsPerSecond
 	if per <= 0 {
 		return nil
 	}
-	return newPrincipalLimits(per, max(int(math.Ceil(2*per)), 1), l.MaxAddresses, mode)
+	burst := max(int(math.Ceil(2*per)), 1)
+	if mode == AuthToken {
+		return &principalLimits[*rate.Limiter]{byToken: ratelimit.New[string](per, burst, l.MaxAddresses)}
+	}
+	return &principalLimits[*rate.Limiter]{byAddr: ratelimit.New[netip.Addr](per, burst, l.MaxAddresses)}
 }
 
 // newLeadLimits returns the floor-lead limits of l in mode: a second's
 // worth of l.FloorLeadPerSecond, and at least one grant's most lead.
-func newLeadLimits(l Limits, mode AuthMode) *principalLimits {
+func newLeadLimits(l Limits, mode AuthMode) *principalLimits[*ratelimit.Bucket] {
 	per := l.FloorLeadPerSecond
-	return newPrincipalLimits(per, max(int(math.Ceil(per)), allocator.MaxClaimedLead), l.MaxAddresses, mode)
-}
-
-func newPrincipalLimits(per float64, burst, capacity int, mode AuthMode) *principalLimits {
+	burst := max(int(math.Ceil(per)), allocator.MaxClaimedLead)
 	if mode == AuthToken {
-		return &principalLimits{byToken: ratelimit.New[string](per, burst, capacity)}
+		return &principalLimits[*ratelimit.Bucket]{byToken: ratelimit.NewBuckets[string](per, burst, l.MaxAddresses)}
 	}
-	return &principalLimits{byAddr: ratelimit.New[netip.Addr](per, burst, capacity)}
+	return &principalLimits[*ratelimit.Bucket]{byAddr: ratelimit.NewBuckets[netip.Addr](per, burst, l.MaxAddresses)}
 }
 
 // limiter returns the budget of p (the token mode) or of r's address (the
 // open mode): nil when g is nil, or without a principal in the token mode
 // (not reached: IDAccess refuses a request without a token).
-func (g *principalLimits) limiter(r *http.Request, p *principal, now time.Time) *rate.Limiter {
+func (g *principalLimits[L]) limiter(r *http.Request, p *principal, now time.Time) L {
+	var none L
 	switch {
 	case g == nil:
-		return nil
+		return none
 	case g.byToken != nil:
 		if p == nil {
-			return nil
+			return none
 		}
 		return g.byToken.Get(p.token.ID, now)
 	}
 	return g.byAddr.Get(addrKey(clientAddr(r)), now)
 }
 
-// reserve takes one write of the range budget of p or of r's address, or
-// returns the 429 to answer. It returns a nil reservation when nothing is
-// limited.
-func (g *principalLimits) reserve(r *http.Request, p *principal, now time.Time) (*rate.Reservation, *apiError) {
+// reserveWrite takes one write of the range budget g of p or of r's
+// address, or returns the 429 to answer. It returns a nil reservation when
+// nothing is limited.
+func reserveWrite(g *principalLimits[*rate.Limiter], r *http.Request, p *principal, now time.Time) (*rate.Reservation, *apiError) {
 	l := g.limiter(r, p, now)
 	if l == nil {
 		return nil, nil

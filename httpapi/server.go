@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"golang.org/x/time/rate"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/internal/ratelimit"
 	"github.com/idmint/idmint/segment"
 	"github.com/idmint/idmint/token"
 )
@@ -108,8 +110,8 @@ type Server struct {
 	// leadLimits bounds the leads of claimed floors (always).
 	auth        *authenticator
 	addrLimits  *addrLimits
-	rangeLimits *principalLimits
-	leadLimits  *principalLimits
+	rangeLimits *principalLimits[*rate.Limiter]
+	leadLimits  *principalLimits[*ratelimit.Bucket]
 }
 
 // NewServer returns the API over cfg.Allocator.
