@@ -47,8 +47,8 @@ type Limits struct {
 	// lead is bounded by what they hold. A floor above the tag's max_id
 	// while either budget is spent is refused with 429, and grants nothing.
 	FloorLeadPerSecond float64
-	// MaxAddresses bounds the addresses (and, for RangeGrantsPerSecond,
-	// the tokens) tracked by each limit (default 10,000); when it is full,
+	// MaxAddresses bounds the addresses (and, for RangeGrantsPerSecond and
+	// FloorLeadPerSecond, the tokens) tracked by each limit (default 10,000); when it is full,
 	// idle ones are dropped and new ones share one budget.
 	MaxAddresses int
 	// MaxQueryBytes bounds a request's query string (default 2048): 414.
