@@ -30,10 +30,17 @@ type RangeRequest struct {
 	// secret holder key it chose with ID and reuses with it. Required.
 	Holder Holder
 	// Floor is the highest ID the caller says it was granted for the tag
-	// (0: none), untrusted: the store raises max_id to it, bounded (see
-	// Request.ClaimedFloor), so that a database that went back in time
-	// grants the caller a range it can serve instead of one it refuses.
+	// (0: none), untrusted: the store raises max_id to it, by at most
+	// MaxLead (see Request.ClaimedFloor), so that a database that went back
+	// in time grants the caller a range it can serve instead of one it
+	// refuses.
 	Floor int64
+	// MaxLead is how far Floor may raise the tag's max_id in this grant:
+	// what the caller's budget holds (at most MaxClaimedLead; 0: nothing).
+	// The Segment's Lead is what it took, for the caller to be charged. A
+	// Floor above max_id with no lead is refused (ErrFloorBudget), and
+	// grants nothing.
+	MaxLead int64
 }
 
 // GrantRange grants a range of req.Tag straight from the store to a caller
@@ -48,7 +55,9 @@ type RangeRequest struct {
 // and it does not raise the tag's floor here. The request carries that
 // floor, so a database that went back in time below the IDs this instance
 // was granted is raised to it (and the repair logged) before the caller's
-// range is granted above it.
+// range is granted above it. The caller's own r.Floor raises max_id by at
+// most r.MaxLead (seg.Lead says by how much); with none, a Floor above
+// max_id is ErrFloorBudget and nothing is granted.
 //
 // Errors after which the caller should retry with the same ID wrap
 // ErrUnavailable.
@@ -57,31 +66,32 @@ func (a *Allocator) GrantRange(ctx context.Context, r RangeRequest) (seg Segment
 	if err := a.checkRange(tag, id); err != nil {
 		return Segment{}, false, err
 	}
-	if r.Size < 0 || r.Floor < 0 {
-		return Segment{}, false, fmt.Errorf("size %d, floor %d: must not be negative", r.Size, r.Floor)
+	if r.Size < 0 || r.Floor < 0 || r.MaxLead < 0 {
+		return Segment{}, false, fmt.Errorf("size %d, floor %d, lead %d: must not be negative", r.Size, r.Floor, r.MaxLead)
 	}
 	if r.Holder.IsZero() {
 		return Segment{}, false, errors.New("a caller's range needs a holder")
 	}
 	floor := a.set.Floor(tag)
 	req := Request{ID: id, Tag: tag, Size: r.Size, Instance: a.cfg.Instance + clientSuffix, Floor: floor,
-		ClaimedFloor: r.Floor, Holder: r.Holder}
+		ClaimedFloor: r.Floor, MaxLead: r.MaxLead, Holder: r.Holder}
 	seg, err = a.allocate(ctx, req)
 	switch {
 	case err == nil:
 		log := a.cfg.Logger.With("biz_tag", tag, "request_id", id, "first", seg.First, "last", seg.Last)
 		if seg.Repaired {
 			log.Error("REPAIRED rollback while granting a client range: the tag's max_id was below the highest id this instance or the client was granted (restored backup or failover to a lagging replica?); raised it; bump the tag past the old high-water mark",
-				"max_id_found", seg.FoundMaxID, "instance_floor", floor, "client_floor", r.Floor)
+				"max_id_found", seg.FoundMaxID, "instance_floor", floor, "client_floor", r.Floor, "client_lead", seg.Lead)
 		}
 		log.Info("range granted to a client")
 		return seg, false, nil
 	case errors.Is(err, ErrUnknownTag), errors.Is(err, ErrInvalidTag):
 		return Segment{}, false, err
-	case errors.Is(err, ErrAlreadyGranted), errors.Is(err, ErrExhausted):
-		// Granted before: find it. "Exhausted" also looks the request
-		// up, because a store that refuses the bump never reaches the
-		// insert that would have said "granted before".
+	case errors.Is(err, ErrAlreadyGranted), errors.Is(err, ErrExhausted), errors.Is(err, ErrFloorBudget):
+		// Granted before: find it. "Exhausted" and "no floor budget"
+		// also look the request up, because a store that refuses the
+		// bump never reaches the insert that would have said "granted
+		// before" (a retry of a grant whose lead was spent).
 		found, lerr := a.lookup(ctx, id)
 		switch {
 		case (lerr == nil || errors.Is(lerr, ErrGivenBack)) && !found.Holder.Matches(r.Holder):

@@ -57,6 +57,10 @@ var (
 	// an instance): a retried grant or a give-back must come from the
 	// principal that made the request, with the same holder key.
 	ErrNotHolder = errors.New("request_id belongs to another caller")
+	// ErrFloorBudget is returned by Store.Allocate for a request whose
+	// ClaimedFloor is above the tag's max_id while it has no lead left to
+	// raise it with (Request.MaxLead 0): nothing changed.
+	ErrFloorBudget = errors.New("claimed floor above the tag's max_id, and no budget left to raise max_id to it")
 	// ErrGivenBack is returned by Store.Lookup for a request whose whole
 	// range was given back: it keeps nothing.
 	ErrGivenBack = errors.New("range given back in full: the request keeps no ids")
@@ -80,9 +84,12 @@ type Granter interface {
 	// Allocate advances the tag's max_id by one segment and records the
 	// request ID, as one atomic step, and returns the segment. When max_id
 	// is below req.Floor it is first raised to it, in the same step, and the
-	// segment says so (Repaired). It returns ErrAlreadyGranted when req.ID
-	// was granted before, ErrUnknownTag, ErrExhausted, or an error wrapping
-	// ErrAmbiguous when it cannot tell whether the allocation committed.
+	// segment says so (Repaired); so does a caller's req.ClaimedFloor, by
+	// at most req.MaxLead, and the segment says by how much (Lead). It
+	// returns ErrAlreadyGranted when req.ID was granted before,
+	// ErrUnknownTag, ErrExhausted, ErrFloorBudget (see FloorRefused), or an
+	// error wrapping ErrAmbiguous when it cannot tell whether the
+	// allocation committed.
 	Allocate(ctx context.Context, req Request) (Segment, error)
 	// Lookup returns the segment granted to a request ID, with its Holder,
 	// or ErrNotFound. A segment whose tail was given back is returned
@@ -127,31 +134,57 @@ type Request struct {
 	Floor int64
 	// ClaimedFloor is a floor a caller claims (the highest ID a client was
 	// granted for the tag), untrusted: it raises max_id as Floor does, but
-	// to at most MaxClaimedLead above the max_id found (see FloorOf), so
-	// that a caller can cost the tag a bounded gap, never its ID space.
+	// to at most MaxLead above the max_id found (or Floor, if higher; see
+	// FloorOf), so that a caller costs the tag only the lead it was
+	// charged for, never its ID space.
 	ClaimedFloor int64
+	// MaxLead is how far ClaimedFloor may raise max_id in this grant: the
+	// caller's budget, bounded by MaxClaimedLead (0 or less: not at all).
+	// With no budget, a ClaimedFloor above max_id (and Floor) is refused
+	// with ErrFloorBudget, in the same atomic step, and nothing changes:
+	// the range granted would be below the floor the caller claims, of no
+	// use to it, and the caller asks again once its budget refilled.
+	MaxLead int64
 	// Holder is who holds a caller's range, recorded in the segment log;
 	// the zero Holder (an instance's own segments) is held by no caller.
 	Holder Holder
 }
 
 // MaxClaimedLead bounds how far above the tag's max_id a Request's
-// ClaimedFloor may raise it in one grant: 2^32. A rollback that lost more
-// than that of a client's grants takes that client several grants to repair
-// (each refused range raises max_id by the lead again); a caller lying about
-// its floor costs the tag at most that gap per grant, so exhausting 2^63 IDs
-// would take 2^31 grants.
+// ClaimedFloor may raise it in one grant, whatever the caller's budget
+// (Request.MaxLead): 2^32. A rollback that lost more than that of a
+// client's grants takes that client several grants to repair (each refused
+// range raises max_id by the lead again).
 const MaxClaimedLead = 1 << 32
 
 // FloorOf returns the floor a store raises max_id to for req, given the
-// max_id found: req.Floor, or req.ClaimedFloor bounded to MaxClaimedLead
-// above maxID, whichever is higher.
+// max_id found: req.Floor, or req.ClaimedFloor bounded to LeadOf(req)
+// above max(maxID, req.Floor), whichever is higher.
 func FloorOf(maxID int64, req Request) int64 {
+	base := max(maxID, req.Floor)
 	claimed := req.ClaimedFloor
-	if claimed-maxID > MaxClaimedLead { // both >= 0: no overflow
-		claimed = maxID + MaxClaimedLead
+	if lead := LeadOf(req); claimed-base > lead { // both >= 0: no overflow
+		claimed = base + lead // below claimed: no overflow
 	}
 	return max(req.Floor, claimed)
+}
+
+// LeadOf is how far req's ClaimedFloor may raise max_id: req.MaxLead,
+// from 0 to MaxClaimedLead.
+func LeadOf(req Request) int64 { return min(max(req.MaxLead, 0), MaxClaimedLead) }
+
+// FloorRefused reports whether a store refuses req at the max_id found
+// (ErrFloorBudget): its ClaimedFloor is above max_id and req.Floor, and it
+// has no lead to raise max_id with.
+func FloorRefused(maxID int64, req Request) bool {
+	return LeadOf(req) == 0 && req.ClaimedFloor > max(maxID, req.Floor)
+}
+
+// ClaimedLeadOf is the lead of a grant for req whose floor (FloorOf) was
+// floor at the max_id found: the IDs skipped for req's ClaimedFloor, above
+// that max_id and req.Floor.
+func ClaimedLeadOf(maxID, floor int64, req Request) int64 {
+	return max(floor-max(maxID, req.Floor), 0)
 }
 
 // Holder is who holds a caller's range: the principal that asked for it
@@ -197,11 +230,16 @@ type Segment struct {
 	MaxStep     int64 // the tag's maximum segment size; 0 when unset
 	// Runway is the tag's runway (0: the instance's).
 	Runway time.Duration
-	// Repaired is true when max_id was below the request's Floor and was
-	// raised to it; FoundMaxID is the max_id found then. Only Allocate sets
-	// them.
+	// Repaired is true when max_id was below the request's Floor (or its
+	// ClaimedFloor) and was raised to it; FoundMaxID is the max_id found,
+	// raised or not. Only Allocate sets them.
 	Repaired   bool
 	FoundMaxID int64
+	// Lead is how far the request's ClaimedFloor raised max_id: the IDs
+	// skipped between the max_id found (or the request's Floor, if higher)
+	// and the range (ClaimedLeadOf), which the caller is charged for. Only
+	// Allocate sets it.
+	Lead int64
 	// Holder holds the segment: the request's (Allocate), the log's
 	// (Lookup); zero for an instance's own.
 	Holder Holder

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"errors"
 	"math"
 	"net"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
+	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/internal/ratelimit"
 )
 
@@ -42,8 +44,18 @@ type Limits struct {
 	// 10): a person mistypes a few times, a script trying tokens is slowed
 	// to a crawl. Behind a proxy all clients share its budget.
 	LoginAttemptsPerMinute float64
-	// MaxAddresses bounds the addresses (and, for RangeGrantsPerSecond,
-	// the tokens) tracked by each limit (default 10,000); when it is full,
+	// FloorLeadPerSecond bounds what the floors callers claim on POST
+	// /v1/segments may cost: the lead, the IDs a grant skips when it raises
+	// the tag's max_id to the caller's floor, per client address (addrKey)
+	// in the open mode and per token in the token mode, with a burst of
+	// allocator.MaxClaimedLead, one grant's most (0: the default,
+	// DefaultFloorLeadPerSecond; there is no "unlimited"). The lead counts
+	// against the ID limits above as well, as IDs granted, and one grant's
+	// lead is bounded by what they hold. A floor above the tag's max_id
+	// while either budget is spent is refused with 429, and grants nothing.
+	FloorLeadPerSecond float64
+	// MaxAddresses bounds the addresses (and, for RangeGrantsPerSecond and
+	// FloorLeadPerSecond, the tokens) tracked by each limit (default 10,000); when it is full,
 	// idle ones are dropped and new ones share one budget.
 	MaxAddresses int
 	// MaxQueryBytes bounds a request's query string (default 2048): 414.
@@ -59,7 +71,26 @@ type Limits struct {
 	MaxHeaderBytes                                            int
 }
 
+// DefaultFloorLeadPerSecond is Limits.FloorLeadPerSecond's default: 10^8
+// IDs of lead a second per principal, so that one principal cannot move a
+// tag past 2^53 (where a JavaScript number stops holding every integer) in
+// under a year at idmint serve's defaults, whose ID limits are off:
+//
+//	leads:  10^8/s (+ one burst of 2^32, once)
+//	ranges: 20 grants/s (--range-grants-per-second) x 10^6 (the default max_step) = 2*10^7/s
+//	2^53 / (1.2*10^8/s) = 7.5*10^7 s, about 2.4 years (the leads alone: 2.85 years)
+//
+// and exhausting 2^63 takes 2,400 years. Before it, a claimed floor cost
+// up to 2^32 a grant, 20 grants a second: 2^53 in 29 hours. A real
+// rollback of L IDs below a client's floor is repaired by that client in
+// about (L - 2^32) / 10^8 seconds (an hour's grants at 10^6 IDs/s: none),
+// or at once by an operator's bump.
+const DefaultFloorLeadPerSecond = 100_000_000
+
 func (l *Limits) setDefaults(requestTimeout time.Duration) {
+	if l.FloorLeadPerSecond <= 0 {
+		l.FloorLeadPerSecond = DefaultFloorLeadPerSecond
+	}
 	if l.MaxAddresses <= 0 {
 		l.MaxAddresses = 10_000
 	}
@@ -169,21 +200,31 @@ func reserve(l *rate.Limiter, n int, now time.Time) (*rate.Reservation, *apiErro
 
 // idCharge is the charge of a request that learns how many IDs it took only
 // once it has them (POST /v1/segments): reserved up front for what it asked,
-// settled at what it got.
+// settled at what it got. A grant with a floor also takes up front the lead
+// its floor may raise max_id by (maxLead) from the floor-lead budget, bounded
+// by what the ID limit holds, and gives back what it did not take.
 type idCharge struct {
-	l   *rate.Limiter // nil: no limit applies
+	l   *rate.Limiter // the ID limit; nil: none applies
 	res *rate.Reservation
-	now time.Time
+	// reserved is what res holds: the IDs asked, at most l's burst.
+	reserved int64
+	// lead is the floor-lead budget (nil: no floor claimed), maxLead what
+	// was taken of it.
+	lead    *ratelimit.Bucket
+	maxLead int64
+	now     time.Time
+	clock   func() time.Time
 }
 
 // chargeIDs charges a request of the range endpoints: one write of the
 // range budget (rangeLimits) and asked IDs (at least 1, at most the
 // limiter's burst) of the ID limit that applies to r: its token's in the
-// token mode (r has passed IDAccess), its address's in the open mode. It
-// returns the 429 to answer when either budget is spent; a refused request
+// token mode (r has passed IDAccess), its address's in the open mode. A
+// grant that claims a floor also takes its lead (see idCharge). It returns
+// the 429 to answer when the write or the IDs are spent; a refused request
 // is charged nothing.
-func (s *Server) chargeIDs(r *http.Request, asked int64) (*idCharge, *apiError) {
-	c := &idCharge{now: s.cfg.Now()}
+func (s *Server) chargeIDs(r *http.Request, asked int64, floor bool) (*idCharge, *apiError) {
+	c := &idCharge{now: s.cfg.Now(), clock: s.cfg.Now}
 	var p *principal
 	if s.cfg.Auth.IDs == AuthToken {
 		if p, _ = r.Context().Value(principalKey{}).(*principal); p != nil {
@@ -192,36 +233,98 @@ func (s *Server) chargeIDs(r *http.Request, asked int64) (*idCharge, *apiError) 
 	} else if s.addrLimits != nil {
 		c.l = s.addrLimits.limiter(clientAddr(r), c.now)
 	}
-	write, err := s.rangeLimits.reserve(r, p, c.now)
+	write, err := reserveWrite(s.rangeLimits, r, p, c.now)
 	if err != nil {
 		return nil, err
 	}
-	if c.l == nil {
-		return c, nil
-	}
-	res, err := reserve(c.l, int(min(max(asked, 1), int64(c.l.Burst()))), c.now)
-	if err != nil {
-		if write != nil {
-			write.CancelAt(c.now)
+	if c.l != nil {
+		c.reserved = min(max(asked, 1), int64(c.l.Burst()))
+		res, err := reserve(c.l, int(c.reserved), c.now)
+		if err != nil {
+			if write != nil {
+				write.CancelAt(c.now)
+			}
+			return nil, err
 		}
-		return nil, err
+		c.res = res
 	}
-	c.res = res
+	if floor {
+		// The lead is IDs taken: at most what the floor-lead budget holds,
+		// and what the ID limit holds beyond the size reserved (read, not
+		// reserved: the lead is owed to it once known).
+		n := int64(allocator.MaxClaimedLead)
+		if c.l != nil {
+			n = min(n, int64(c.l.TokensAt(c.now)))
+		}
+		if c.lead = s.leadLimits.limiter(r, p, c.now); c.lead != nil {
+			c.maxLead = c.lead.TakeUpTo(c.now, n)
+		}
+	}
 	return c, nil
 }
 
-// settle makes the charge exactly got IDs: the reservation is given back and
-// got is owed instead, past the burst if need be (later requests wait it
-// off). Nothing taken costs nothing.
-func (c *idCharge) settle(got int64) {
+// settle makes the charge exactly got IDs and a lead of lead (at most
+// maxLead): the floor-lead budget gets back what the lead did not take; the
+// ID limit is owed got + lead, past the burst if need be (later requests
+// wait it off). Nothing taken costs nothing.
+func (c *idCharge) settle(got, lead int64) {
+	now := c.clock()
+	if c.lead != nil {
+		c.lead.Give(now, c.maxLead-lead)
+	}
 	if c.l == nil {
 		return
 	}
-	c.res.CancelAt(c.now)
-	for got > 0 {
-		n := min(got, int64(c.l.Burst()))
-		c.l.ReserveN(c.now, int(n))
-		got -= n
+	if got != c.reserved {
+		// A rate.Limiter cancels only at the time it reserved (which
+		// credits again the refill since, when others charged it
+		// meanwhile): only when the size differs from what was asked.
+		c.res.CancelAt(c.now)
+		owe(c.l, got, c.now)
+	}
+	owe(c.l, lead, now)
+}
+
+// unsureLead is the lead to charge for a grant that failed with err: its
+// whole maxLead when the grant may have committed (ambiguous, or committed
+// but not confirmed on the standbys), else none. A lead that may have been
+// taken is counted as taken.
+func (c *idCharge) unsureLead(err error) int64 {
+	if errors.Is(err, allocator.ErrAmbiguous) || errors.Is(err, allocator.ErrNotReplicated) {
+		return c.maxLead
+	}
+	return 0
+}
+
+// floorRefused is the 429 of a grant refused because its floor is above the
+// tag's max_id while it had no lead (allocator.ErrFloorBudget), once settled
+// at nothing: its Retry-After is when the floor-lead budget holds an ID
+// again, and the ID limit one beyond the size asked.
+func (c *idCharge) floorRefused() *apiError {
+	now := c.clock()
+	var wait time.Duration
+	if c.lead != nil {
+		wait = c.lead.Wait(now, 1)
+	}
+	if c.l != nil {
+		if short := float64(min(max(c.reserved, 1)+1, int64(c.l.Burst()))) - c.l.TokensAt(now); short > 0 {
+			wait = max(wait, time.Duration(math.Ceil(short/float64(c.l.Limit())*float64(time.Second))))
+		}
+	}
+	e := rateLimited(wait)
+	e.message = floorRefusedMessage
+	return e
+}
+
+const floorRefusedMessage = "floor: the tag's max_id is below the floor claimed, and this caller's budget for raising it (its floor lead, or its IDs per second) is spent; nothing granted; retry after the time in Retry-After"
+
+// owe charges n to l at now, past the burst if need be, in pieces of at most
+// the burst.
+func owe(l *rate.Limiter, n int64, now time.Time) {
+	for n > 0 {
+		k := min(n, int64(l.Burst()))
+		l.ReserveN(now, int(k))
+		n -= k
 	}
 }
 
@@ -247,7 +350,7 @@ func chargeToken(p *principal, n int, now time.Time) *apiError {
 // thus never resets a busy address's budget: an address holding a grudge
 // gets at most its own limit, plus a share of the overflow budget.
 type addrLimits struct {
-	table *ratelimit.Table[netip.Addr]
+	table *ratelimit.Table[netip.Addr, *rate.Limiter]
 }
 
 func newAddrLimits(perSecond float64, maxCount, maxAddrs int) *addrLimits {
@@ -285,45 +388,67 @@ func addrKey(addr string) netip.Addr {
 	return a
 }
 
-// rangeLimits bounds the writes to the store that the range endpoints make:
-// one a grant (a row of the segment log) or a give-back, per client address
-// (addrKey) in the open mode and per token in the token mode, so that a
-// flood of them is refused before it reaches the database. One of its
-// tables is nil, by the mode; a nil *rangeLimits limits nothing.
-type rangeLimits struct {
-	byAddr  *ratelimit.Table[netip.Addr]
-	byToken *ratelimit.Table[string]
+// principalLimits is one budget per principal: per client address
+// (addrKey) in the open mode and per token in the token mode. One of its
+// tables is nil, by the mode; a nil *principalLimits limits nothing. The
+// range endpoints have two: the writes to the store they make, one a grant
+// (a row of the segment log) or a give-back, so that a flood of them is
+// refused before it reaches the database (rangeLimits), and the leads of
+// the floors their callers claim (leadLimits), settled once known.
+type principalLimits[L any] struct {
+	byAddr  *ratelimit.Table[netip.Addr, L]
+	byToken *ratelimit.Table[string, L]
 }
 
 // newRangeLimits returns the range limits of l in mode, or nil when
 // l.RangeGrantsPerSecond is 0. The burst is two seconds' worth.
-func newRangeLimits(l Limits, mode AuthMode) *rangeLimits {
+func newRangeLimits(l Limits, mode AuthMode) *principalLimits[*rate.Limiter] {
 	per := l.RangeGrantsPerSecond
 	if per <= 0 {
 		return nil
 	}
 	burst := max(int(math.Ceil(2*per)), 1)
 	if mode == AuthToken {
-		return &rangeLimits{byToken: ratelimit.New[string](per, burst, l.MaxAddresses)}
+		return &principalLimits[*rate.Limiter]{byToken: ratelimit.New[string](per, burst, l.MaxAddresses)}
 	}
-	return &rangeLimits{byAddr: ratelimit.New[netip.Addr](per, burst, l.MaxAddresses)}
+	return &principalLimits[*rate.Limiter]{byAddr: ratelimit.New[netip.Addr](per, burst, l.MaxAddresses)}
 }
 
-// reserve takes one write of the budget of p (the token mode) or of r's
-// address (the open mode), or returns the 429 to answer. It returns a nil
-// reservation when nothing is limited.
-func (g *rangeLimits) reserve(r *http.Request, p *principal, now time.Time) (*rate.Reservation, *apiError) {
-	var l *rate.Limiter
+// newLeadLimits returns the floor-lead limits of l in mode: a second's
+// worth of l.FloorLeadPerSecond, and at least one grant's most lead.
+func newLeadLimits(l Limits, mode AuthMode) *principalLimits[*ratelimit.Bucket] {
+	per := l.FloorLeadPerSecond
+	burst := max(int(math.Ceil(per)), allocator.MaxClaimedLead)
+	if mode == AuthToken {
+		return &principalLimits[*ratelimit.Bucket]{byToken: ratelimit.NewBuckets[string](per, burst, l.MaxAddresses)}
+	}
+	return &principalLimits[*ratelimit.Bucket]{byAddr: ratelimit.NewBuckets[netip.Addr](per, burst, l.MaxAddresses)}
+}
+
+// limiter returns the budget of p (the token mode) or of r's address (the
+// open mode): nil when g is nil, or without a principal in the token mode
+// (not reached: IDAccess refuses a request without a token).
+func (g *principalLimits[L]) limiter(r *http.Request, p *principal, now time.Time) L {
+	var none L
 	switch {
 	case g == nil:
-		return nil, nil
+		return none
 	case g.byToken != nil:
 		if p == nil {
-			return nil, nil // not reached: IDAccess refuses a request without a token
+			return none
 		}
-		l = g.byToken.Get(p.token.ID, now)
-	default:
-		l = g.byAddr.Get(addrKey(clientAddr(r)), now)
+		return g.byToken.Get(p.token.ID, now)
+	}
+	return g.byAddr.Get(addrKey(clientAddr(r)), now)
+}
+
+// reserveWrite takes one write of the range budget g of p or of r's
+// address, or returns the 429 to answer. It returns a nil reservation when
+// nothing is limited.
+func reserveWrite(g *principalLimits[*rate.Limiter], r *http.Request, p *principal, now time.Time) (*rate.Reservation, *apiError) {
+	l := g.limiter(r, p, now)
+	if l == nil {
+		return nil, nil
 	}
 	res, err := reserve(l, 1, now)
 	if err != nil {
@@ -336,7 +461,7 @@ func (g *rangeLimits) reserve(r *http.Request, p *principal, now time.Time) (*ra
 // address (addrKey), each one a token check, so that the form is no way to
 // try tokens at speed. A nil *loginLimits limits nothing.
 type loginLimits struct {
-	byAddr *ratelimit.Table[netip.Addr]
+	byAddr *ratelimit.Table[netip.Addr, *rate.Limiter]
 }
 
 // newLoginLimits returns the login limits of l, or nil when

@@ -49,6 +49,11 @@ type Metrics struct {
 	// refusedCounter.
 	refused     *prometheus.CounterVec
 	refusedOnce sync.Once
+
+	// floorLead, floorRaised and floorRefused count what the floors
+	// callers claim on POST /v1/segments cost, by tag (observeFloor): a
+	// series only for a tag whose row a claimed floor met.
+	floorLead, floorRaised, floorRefused *prometheus.CounterVec
 }
 
 // NewMetrics returns the metrics, with the Go runtime and process collectors.
@@ -72,11 +77,25 @@ func NewMetrics() *Metrics {
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}, []string{"route"}),
 	}
+	tag := []string{"biz_tag"}
+	m.floorLead = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idmint_claimed_floor_lead_ids_total",
+		Help: "IDs skipped by callers' claimed floors (POST /v1/segments): max_id raised above the tag's for a caller's floor, each charged to that caller's floor-lead and ID limits.",
+	}, tag)
+	m.floorRaised = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idmint_claimed_floor_raises_total",
+		Help: "Range grants whose caller's claimed floor raised max_id (their lead is idmint_claimed_floor_lead_ids_total).",
+	}, tag)
+	m.floorRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "idmint_claimed_floor_refused_total",
+		Help: "Range grants refused (429) because the caller's claimed floor was above max_id while its budget for raising it was spent; nothing granted.",
+	}, tag)
 	m.routes.Store(&map[string]*routeMetrics{})
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.loadDuration, m.requests, m.duration,
+		m.floorLead, m.floorRaised, m.floorRefused,
 	)
 	return m
 }
@@ -93,6 +112,17 @@ func (m *Metrics) ObserveLoad(tag string, latency time.Duration, err error) {
 		return
 	}
 	m.loadDuration.WithLabelValues(tag).Observe(latency.Seconds())
+}
+
+// observeFloor records what a caller's claimed floor cost a grant of tag: a
+// lead of lead IDs, or a refusal.
+func (m *Metrics) observeFloor(tag string, lead int64, refused bool) {
+	if refused {
+		m.floorRefused.WithLabelValues(tag).Inc()
+		return
+	}
+	m.floorLead.WithLabelValues(tag).Add(float64(lead))
+	m.floorRaised.WithLabelValues(tag).Inc()
 }
 
 // unmatchedRoute labels requests that matched no route, so that scanners

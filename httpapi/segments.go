@@ -63,19 +63,30 @@ func (s *Server) handleGrant(w http.ResponseWriter, r *http.Request, g SegmentGr
 	}
 	// Ranges are charged to the ID limits by the IDs granted, a retry's
 	// as well: up front by the size asked, settled at the size granted.
-	charge, refused := s.chargeIDs(r, req.Size)
+	// A floor may raise max_id above the tag's, skipping IDs nobody gets:
+	// that lead is IDs taken too, bounded up front by the caller's budget
+	// and charged at what it was (invariant 8).
+	charge, refused := s.chargeIDs(r, req.Size, req.Floor > 0)
 	if refused != nil {
 		s.WriteError(w, r, refused)
 		return
 	}
 	holder := allocator.NewHolder(s.principalOf(r), req.HolderKey)
-	seg, recovered, err := g.GrantRange(r.Context(), allocator.RangeRequest{ID: id, Tag: req.Tag, Size: req.Size, Holder: holder, Floor: req.Floor})
+	seg, recovered, err := g.GrantRange(r.Context(), allocator.RangeRequest{ID: id, Tag: req.Tag, Size: req.Size, Holder: holder,
+		Floor: req.Floor, MaxLead: charge.maxLead})
 	if err != nil {
-		charge.settle(0)
+		charge.settle(0, charge.unsureLead(err))
+		if errors.Is(err, allocator.ErrFloorBudget) {
+			s.cfg.Metrics.observeFloor(req.Tag, 0, true)
+			err = charge.floorRefused()
+		}
 		s.WriteError(w, r, err)
 		return
 	}
-	charge.settle(seg.Last - seg.First + 1)
+	charge.settle(seg.Last-seg.First+1, seg.Lead)
+	if seg.Lead > 0 {
+		s.cfg.Metrics.observeFloor(req.Tag, seg.Lead, false)
+	}
 	writeJSON(w, http.StatusOK, wire.SegmentResponse{
 		Tag: req.Tag, RequestID: id.String(), First: seg.First, Last: seg.Last,
 		Step: seg.Step, MaxStep: seg.MaxStep, Recovered: recovered, RunwaySeconds: seg.Runway.Seconds(),
@@ -97,7 +108,7 @@ func (s *Server) handleGiveBack(w http.ResponseWriter, r *http.Request, g Segmen
 		return
 	}
 	// A give-back takes no IDs but costs a statement: charged as one.
-	if _, refused := s.chargeIDs(r, 1); refused != nil {
+	if _, refused := s.chargeIDs(r, 1, false); refused != nil {
 		s.WriteError(w, r, refused)
 		return
 	}

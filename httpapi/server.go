@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"golang.org/x/time/rate"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/internal/ratelimit"
 	"github.com/idmint/idmint/segment"
 	"github.com/idmint/idmint/token"
 )
@@ -105,10 +107,12 @@ type Server struct {
 
 	// auth checks bearer tokens; addrLimits is nil unless per-address
 	// limits are set, rangeLimits unless range requests are limited,
-	// loginLimits unless login attempts are.
+	// loginLimits unless login attempts are; leadLimits bounds the leads
+	// of claimed floors (always).
 	auth        *authenticator
 	addrLimits  *addrLimits
-	rangeLimits *rangeLimits
+	rangeLimits *principalLimits[*rate.Limiter]
+	leadLimits  *principalLimits[*ratelimit.Bucket]
 	loginLimits *loginLimits
 }
 
@@ -140,6 +144,7 @@ func NewServer(cfg Config) *Server {
 	s.exchanges.New = func() any { return new(exchange) }
 	s.initAccess()
 	s.rangeLimits = newRangeLimits(s.cfg.Limits, s.cfg.Auth.IDs)
+	s.leadLimits = newLeadLimits(s.cfg.Limits, s.cfg.Auth.IDs)
 	r := chi.NewRouter()
 	// What serve does around the router (request ID, bounded wait,
 	// recovery, metrics) applies to every route; this caps query and body

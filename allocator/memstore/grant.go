@@ -24,6 +24,9 @@ func (m *Store) Allocate(ctx context.Context, req allocator.Request) (allocator.
 	if !ok {
 		return allocator.Segment{}, fmt.Errorf("%w: %q", allocator.ErrUnknownTag, req.Tag)
 	}
+	if allocator.FloorRefused(t.MaxID, req) {
+		return allocator.Segment{}, fmt.Errorf("%w: %q at max_id %d, floor %d claimed", allocator.ErrFloorBudget, req.Tag, t.MaxID, req.ClaimedFloor)
+	}
 	size := allocator.SizeOf(req.Size, t.Step, t.MaxStep)
 	floor := allocator.FloorOf(t.MaxID, req)
 	base := max(t.MaxID, floor) // a max_id below the floor is raised to it
@@ -31,7 +34,7 @@ func (m *Store) Allocate(ctx context.Context, req allocator.Request) (allocator.
 		return allocator.Segment{}, fmt.Errorf("%w: %q at %d", allocator.ErrExhausted, req.Tag, base)
 	}
 	seg := allocator.Segment{RequestID: req.ID, Tag: req.Tag, First: base + 1, Last: base + size, Step: t.Step, MaxStep: t.MaxStep, Runway: t.Runway,
-		Repaired: t.MaxID < floor, FoundMaxID: t.MaxID, Holder: req.Holder}
+		Repaired: t.MaxID < floor, FoundMaxID: t.MaxID, Lead: allocator.ClaimedLeadOf(t.MaxID, floor, req), Holder: req.Holder}
 	t.MaxID = seg.Last
 	m.requests[req.ID] = seg
 	return seg, nil
@@ -48,7 +51,7 @@ func (m *Store) Lookup(ctx context.Context, id uuid.UUID) (allocator.Segment, er
 	if !ok {
 		return allocator.Segment{}, allocator.ErrNotFound
 	}
-	seg.Repaired, seg.FoundMaxID = false, 0 // as a segment log row: no repair recorded
+	seg.Repaired, seg.FoundMaxID, seg.Lead = false, 0, 0 // as a segment log row: no repair recorded
 	if t := m.tags[seg.Tag]; t != nil {
 		// The tag's settings now, as the SQL stores join its row.
 		seg.Step, seg.MaxStep, seg.Runway = t.Step, t.MaxStep, t.Runway

@@ -24,14 +24,17 @@ import (
 // backup, a failover to a lagging replica): it is raised to the floor and the
 // segment granted above it, so that the instance serves again and nobody is
 // granted after it the IDs it was granted before. A caller's claimed floor
-// ($7) counts too, bounded to $8 (MaxClaimedLead) above the max_id found, as
-// FloorOf does. GREATEST never lowers max_id. The row is read FOR UPDATE, so that the max_id found (to report the
-// repair) is the one the update moves, even when a concurrent allocation
-// changed it meanwhile.
+// ($7) counts too, bounded to its lead ($8, LeadOf) above the max_id found
+// (or $6, if higher), as FloorOf does; with no lead at all, a claimed floor
+// above them is refused (FloorRefused): nothing is bumped or logged, and the
+// row says so. GREATEST never lowers max_id. The row is read FOR UPDATE, so
+// that the max_id found (to report the repair and the lead) is the one the
+// update moves, even when a concurrent allocation changed it meanwhile.
 //
-// A bump that would pass 2^63-1 matches no row: nothing changes, and the
-// caller tells "exhausted" from "unknown tag". A request ID granted before
-// makes the INSERT fail on the primary key, which rolls the bump back.
+// A tag that does not exist returns no row. A bump that would pass 2^63-1
+// matches no row of the update: nothing changes, and the row returned has no
+// range. A request ID granted before makes the INSERT fail on the primary
+// key, which rolls the bump back.
 //
 // The first CTE pins synchronous_commit=on for this statement's transaction,
 // whatever the pool, role or database say: a grant must be durable (and, with
@@ -39,26 +42,30 @@ import (
 const allocateSQL = `
 WITH durable AS (
     SELECT set_config('synchronous_commit', 'on', true) AS synchronous_commit
-), wanted AS (
-    SELECT t.biz_tag, t.max_id AS found,
-           GREATEST(t.step, LEAST($2::bigint, COALESCE(t.max_step, $5::bigint)))::bigint AS size,
-           GREATEST($6::bigint, CASE WHEN $7::bigint - t.max_id > $8::bigint THEN t.max_id + $8::bigint
-                                     ELSE $7::bigint END) AS floor
+), found AS (
+    SELECT t.biz_tag, t.max_id AS found, GREATEST(t.max_id, $6::bigint) AS base, t.step, t.max_step, t.runway_ms
     FROM idmint_tags t, durable WHERE t.biz_tag = $1
     FOR UPDATE OF t
+), wanted AS (
+    SELECT f.*,
+           GREATEST(f.step, LEAST($2::bigint, COALESCE(f.max_step, $5::bigint)))::bigint AS size,
+           GREATEST($6::bigint, CASE WHEN $7::bigint - f.base > $8::bigint THEN f.base + $8::bigint
+                                     ELSE $7::bigint END) AS floor,
+           $8::bigint = 0 AND $7::bigint > f.base AS refused
+    FROM found f
 ), bumped AS (
     UPDATE idmint_tags t
     SET max_id = GREATEST(t.max_id, w.floor) + w.size, updated_at = now()
     FROM wanted w
-    WHERE t.biz_tag = w.biz_tag AND GREATEST(t.max_id, w.floor) <= 9223372036854775807 - w.size
-    RETURNING t.biz_tag, t.max_id - w.size + 1 AS first_id, t.max_id AS last_id, t.step, t.max_step, t.runway_ms, w.found, w.floor
+    WHERE t.biz_tag = w.biz_tag AND NOT w.refused AND GREATEST(t.max_id, w.floor) <= 9223372036854775807 - w.size
+    RETURNING t.biz_tag, t.max_id - w.size + 1 AS first_id, t.max_id AS last_id
 ), logged AS (
     INSERT INTO idmint_segments (request_id, biz_tag, first_id, last_id, instance, principal, holder_hash)
     SELECT $3, biz_tag, first_id, last_id, $4, $9, $10 FROM bumped
     RETURNING request_id
 )
-SELECT b.first_id, b.last_id, b.step, COALESCE(b.max_step, 0), b.runway_ms, b.found, b.floor
-FROM bumped b, logged`
+SELECT b.first_id, b.last_id, w.step, COALESCE(w.max_step, 0), w.runway_ms, w.found, w.floor, w.refused
+FROM wanted w LEFT JOIN (bumped b JOIN logged ON true) ON true`
 
 // Allocate implements allocator.Store. Once the grant commits, it waits until the
 // standbys the ReplicationConfig requires have its WAL, on the same
@@ -84,34 +91,29 @@ func (p *Store) Allocate(ctx context.Context, req allocator.Request) (allocator.
 func (p *Store) allocate(ctx context.Context, conn querier, req allocator.Request) (allocator.Segment, error) {
 	seg := allocator.Segment{RequestID: req.ID, Tag: req.Tag, Holder: req.Holder}
 	principal, hash := sqlstore.HolderArgs(req.Holder)
-	var floor, runwayMS int64
+	var (
+		first, last     *int64 // NULL: nothing granted (refused, or exhausted)
+		floor, runwayMS int64
+		refused         bool
+	)
 	err := conn.QueryRow(ctx, allocateSQL, req.Tag, req.Size, req.ID, req.Instance, int64(segment.DefaultMaxStep),
-		req.Floor, req.ClaimedFloor, int64(allocator.MaxClaimedLead), principal, hash).
-		Scan(&seg.First, &seg.Last, &seg.Step, &seg.MaxStep, &runwayMS, &seg.FoundMaxID, &floor)
+		req.Floor, req.ClaimedFloor, allocator.LeadOf(req), principal, hash).
+		Scan(&first, &last, &seg.Step, &seg.MaxStep, &runwayMS, &seg.FoundMaxID, &floor, &refused)
 	seg.Runway = time.Duration(runwayMS) * time.Millisecond
-	if errors.Is(err, pgx.ErrNoRows) {
-		return allocator.Segment{}, p.whyNoRow(ctx, req.Tag, req.Floor)
-	}
-	if err != nil {
-		return allocator.Segment{}, classify("allocate", err)
-	}
-	seg.Repaired = seg.FoundMaxID < floor
-	return seg, nil
-}
-
-// whyNoRow tells an unknown tag from an exhausted one after an allocation
-// that changed nothing.
-func (p *Store) whyNoRow(ctx context.Context, tag string, floor int64) error {
-	var maxID int64
-	err := p.pool.QueryRow(ctx, `SELECT max_id FROM idmint_tags WHERE biz_tag = $1`, tag).Scan(&maxID)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("%w: %q", allocator.ErrUnknownTag, tag)
+		return allocator.Segment{}, fmt.Errorf("%w: %q", allocator.ErrUnknownTag, req.Tag)
 	case err != nil:
-		// The allocation itself committed nothing: not ambiguous.
-		return fmt.Errorf("allocate %q: %w", tag, err)
+		return allocator.Segment{}, classify("allocate", err)
+	case refused:
+		return allocator.Segment{}, fmt.Errorf("%w: %q at max_id %d, floor %d claimed", allocator.ErrFloorBudget, req.Tag, seg.FoundMaxID, req.ClaimedFloor)
+	case first == nil || last == nil:
+		return allocator.Segment{}, fmt.Errorf("%w: %q at max_id %d (floor %d)", allocator.ErrExhausted, req.Tag, seg.FoundMaxID, floor)
 	}
-	return fmt.Errorf("%w: %q at max_id %d (floor %d)", allocator.ErrExhausted, tag, maxID, floor)
+	seg.First, seg.Last = *first, *last
+	seg.Repaired = seg.FoundMaxID < floor
+	seg.Lead = allocator.ClaimedLeadOf(seg.FoundMaxID, floor, req)
+	return seg, nil
 }
 
 // lookupSQL reads a request's log row: what it kept (a give-back ends it at

@@ -35,10 +35,13 @@ func (s *Store) Allocate(ctx context.Context, req allocator.Request) (allocator.
 		if err != nil {
 			return err
 		}
+		if allocator.FloorRefused(maxID, req) {
+			return fmt.Errorf("%w: %q at max_id %d, floor %d claimed", allocator.ErrFloorBudget, req.Tag, maxID, req.ClaimedFloor)
+		}
 		size := allocator.SizeOf(req.Size, seg.Step, seg.MaxStep)
-		// A max_id below the instance's floor (or a caller's, bounded)
-		// went back in time: raise it to the floor, in this transaction,
-		// and grant above.
+		// A max_id below the instance's floor (or a caller's, bounded by
+		// its lead) went back in time: raise it to the floor, in this
+		// transaction, and grant above.
 		floor := allocator.FloorOf(maxID, req)
 		base := max(maxID, floor)
 		if base > math.MaxInt64-size {
@@ -46,6 +49,7 @@ func (s *Store) Allocate(ctx context.Context, req allocator.Request) (allocator.
 		}
 		seg.First, seg.Last = base+1, base+size
 		seg.Repaired, seg.FoundMaxID, seg.Holder = maxID < floor, maxID, req.Holder
+		seg.Lead = allocator.ClaimedLeadOf(maxID, floor, req)
 		if _, err := tx.ExecContext(ctx, `UPDATE idmint_tags SET max_id = ?, updated_at = `+nowSQL+` WHERE biz_tag = ?`, seg.Last, req.Tag); err != nil {
 			return err
 		}

@@ -306,6 +306,7 @@ func TestServe_FlagBounds(t *testing.T) {
 		{"--prune-after", "1ns"}, {"--prune-after", "59m"}, {"--prune-after", "-1h"},
 		{"--max-count", "0"}, {"--max-count", "1000001"},
 		{"--range-grants-per-second", "-1"}, {"--range-grants-per-second", "NaN"},
+		{"--floor-lead-per-second", "0"}, {"--floor-lead-per-second", "-1"}, {"--floor-lead-per-second", "+Inf"},
 		{"--token-max-stale", "0s"}, {"--token-max-stale", "500ms"}, {"--token-max-stale", "2h"},
 		{"--login-attempts-per-minute", "-1"}, {"--login-attempts-per-minute", "NaN"},
 		{"--login-session", "30s"}, {"--login-session", "721h"},

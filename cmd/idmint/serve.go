@@ -52,6 +52,7 @@ type accessConfig struct {
 	tokenRate         float64
 	addressRate       float64
 	rangeRate         float64
+	floorLeadRate     float64
 	readTimeout       time.Duration
 	tokenMaxStale     time.Duration
 	loginRate         float64
@@ -66,6 +67,7 @@ func (a *accessConfig) register(fs *flag.FlagSet) {
 	fs.Float64Var(&a.tokenRate, "ids-per-second-per-token", 0, "IDs per second each token may take with --auth token (0: unlimited); /ids counts its count")
 	fs.Float64Var(&a.addressRate, "ids-per-second-per-address", 0, "IDs per second each client address may take with --auth open (0: unlimited; behind a proxy all clients share its address)")
 	fs.Float64Var(&a.rangeRate, "range-grants-per-second", 20, "range requests (POST /v1/segments and its give-back, each a database write) per second each client address (--auth open) or token (--auth token) may make, burst twice that (0: unlimited)")
+	fs.Float64Var(&a.floorLeadRate, "floor-lead-per-second", httpapi.DefaultFloorLeadPerSecond, "IDs per second each client address (--auth open) or token (--auth token) may make max_id skip by claiming a floor on POST /v1/segments (the lead above the tag's max_id; it counts against the IDs-per-second limits too), burst 2^32; past it a floor above max_id is refused (429). The default keeps one caller from moving a tag past 2^53 in under a year")
 	fs.DurationVar(&a.readTimeout, "read-timeout", 10*time.Second, "longest a client may take to send a whole request (slow clients are disconnected)")
 	fs.DurationVar(&a.tokenMaxStale, "token-max-stale", httpapi.DefaultMaxStale, fmt.Sprintf("while the token store cannot be read, how long the tokens last read are still trusted; past it every token is refused with 503 (at least %v, the refresh interval, at most %v): a revocation takes effect within it whatever happens to the store", minTokenMaxStale, maxTokenMaxStale))
 }
@@ -93,6 +95,9 @@ func (a *accessConfig) validate() error {
 	if !(a.rangeRate >= 0) || math.IsInf(a.rangeRate, 1) {
 		return fmt.Errorf("--range-grants-per-second %v: want 0 (unlimited) or a positive number", a.rangeRate)
 	}
+	if !(a.floorLeadRate > 0) || math.IsInf(a.floorLeadRate, 1) {
+		return fmt.Errorf("--floor-lead-per-second %v: want a positive number", a.floorLeadRate)
+	}
 	if a.tokenMaxStale < minTokenMaxStale || a.tokenMaxStale > maxTokenMaxStale {
 		return fmt.Errorf("--token-max-stale %v: want %v to %v", a.tokenMaxStale, minTokenMaxStale, maxTokenMaxStale)
 	}
@@ -112,7 +117,7 @@ func (a *accessConfig) httpConfig(tokens httpapi.TokenLister) (httpapi.AuthConfi
 	return httpapi.AuthConfig{Tokens: tokens, IDs: httpapi.AuthMode(a.auth), ProtectMonitoring: a.protectMonitoring,
 			MaxStale: a.tokenMaxStale, LoginSession: a.loginSession},
 		httpapi.Limits{IDsPerSecondPerToken: a.tokenRate, IDsPerSecondPerAddress: a.addressRate,
-			RangeGrantsPerSecond: a.rangeRate, LoginAttemptsPerMinute: a.loginRate, ReadTimeout: a.readTimeout}, nil
+			RangeGrantsPerSecond: a.rangeRate, LoginAttemptsPerMinute: a.loginRate, FloorLeadPerSecond: a.floorLeadRate, ReadTimeout: a.readTimeout}, nil
 }
 
 // serveFlags is `idmint serve`.

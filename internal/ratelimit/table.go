@@ -17,54 +17,64 @@ const probes = 4
 // small tables keep one shard, an exact LRU.
 const shardSize = 256
 
-// Table is a bounded set of token buckets by key. It is safe for
-// concurrent use.
-type Table[K comparable] struct {
-	perSecond rate.Limit
-	burst     int
-	seed      maphash.Seed
-	shards    []*shard[K]
+// Table is a bounded set of token buckets of type L by key: *rate.Limiter
+// (New) or *Bucket (NewBuckets). It is safe for concurrent use.
+type Table[K comparable, L any] struct {
+	newLimiter func() L
+	full       func(L, time.Time) bool // the bucket is full at a time: idle
+	burst      int
+	seed       maphash.Seed
+	shards     []*shard[K, L]
 }
 
 // shard is one lock's share of the keys, in least recently used order.
-type shard[K comparable] struct {
+type shard[K comparable, L any] struct {
 	max int
 
 	mu    sync.Mutex // protects the fields below
-	byKey map[K]*entry[K]
+	byKey map[K]*entry[K, L]
 	// lru is the sentinel of a ring of the entries: lru.next is the most
 	// recently used, lru.prev the least.
-	lru entry[K]
+	lru entry[K, L]
 	// overflow is shared by new keys when the shard is full of busy ones.
-	overflow *rate.Limiter
+	overflow L
 }
 
-type entry[K comparable] struct {
+type entry[K comparable, L any] struct {
 	key        K
-	limiter    *rate.Limiter
-	prev, next *entry[K]
+	limiter    L
+	prev, next *entry[K, L]
 }
 
 // New returns a table of buckets that refill at perSecond up to burst, for
 // at most about capacity keys (rounded up to a multiple of the shards:
 // capacity plus at most 15). The table's memory is bounded by that
 // capacity, about 200 bytes a key.
-func New[K comparable](perSecond float64, burst, capacity int) *Table[K] {
+func New[K comparable](perSecond float64, burst, capacity int) *Table[K, *rate.Limiter] {
+	return newTable[K](burst, capacity, func() *rate.Limiter { return rate.NewLimiter(rate.Limit(perSecond), burst) },
+		func(l *rate.Limiter, now time.Time) bool { return l.TokensAt(now) >= float64(burst) })
+}
+
+// NewBuckets is New with a *Bucket per key, for charges settled after the
+// fact.
+func NewBuckets[K comparable](perSecond float64, burst, capacity int) *Table[K, *Bucket] {
+	return newTable[K](burst, capacity, func() *Bucket { return NewBucket(perSecond, int64(burst)) }, (*Bucket).Full)
+}
+
+func newTable[K comparable, L any](burst, capacity int, newLimiter func() L, full func(L, time.Time) bool) *Table[K, L] {
 	capacity = max(capacity, 1)
 	n := min(max(capacity/shardSize, 1), 16)
-	t := &Table[K]{perSecond: rate.Limit(perSecond), burst: burst, seed: maphash.MakeSeed(), shards: make([]*shard[K], n)}
+	t := &Table[K, L]{newLimiter: newLimiter, full: full, burst: burst, seed: maphash.MakeSeed(), shards: make([]*shard[K, L], n)}
 	for i := range t.shards {
-		s := &shard[K]{max: (capacity + n - 1) / n, byKey: map[K]*entry[K]{}, overflow: t.newLimiter()}
+		s := &shard[K, L]{max: (capacity + n - 1) / n, byKey: map[K]*entry[K, L]{}, overflow: t.newLimiter()}
 		s.lru.next, s.lru.prev = &s.lru, &s.lru
 		t.shards[i] = s
 	}
 	return t
 }
 
-func (t *Table[K]) newLimiter() *rate.Limiter { return rate.NewLimiter(t.perSecond, t.burst) }
-
 // Burst is the burst of every bucket.
-func (t *Table[K]) Burst() int { return t.burst }
+func (t *Table[K, L]) Burst() int { return t.burst }
 
 // Get returns key's bucket, making it (full) if key has none. When key's
 // shard is full and none of its least recently used keys is idle at now,
@@ -74,7 +84,7 @@ func (t *Table[K]) Burst() int { return t.burst }
 // charge with it. That needs a key idle when dropped, hence charged by
 // nobody in flight, so at most one request of a key whose shard admitted
 // a whole shard of new keys between its Get and its charge.
-func (t *Table[K]) Get(key K, now time.Time) *rate.Limiter {
+func (t *Table[K, L]) Get(key K, now time.Time) L {
 	s := t.shards[0]
 	if len(t.shards) > 1 {
 		s = t.shards[maphash.Comparable(t.seed, key)%uint64(len(t.shards))]
@@ -86,7 +96,7 @@ func (t *Table[K]) Get(key K, now time.Time) *rate.Limiter {
 		return e.limiter
 	}
 	if len(s.byKey) < s.max {
-		e := &entry[K]{key: key, limiter: t.newLimiter()}
+		e := &entry[K, L]{key: key, limiter: t.newLimiter()}
 		s.byKey[key] = e
 		s.toFrontLocked(e)
 		return e.limiter
@@ -94,7 +104,7 @@ func (t *Table[K]) Get(key K, now time.Time) *rate.Limiter {
 	for range probes {
 		e := s.lru.prev
 		s.toFrontLocked(e) // replaced, or a second chance: busy now
-		if e.limiter.TokensAt(now) < float64(t.burst) {
+		if !t.full(e.limiter, now) {
 			continue
 		}
 		// Idle: its bucket is full, as a new one would be. Dropping it
@@ -108,7 +118,7 @@ func (t *Table[K]) Get(key K, now time.Time) *rate.Limiter {
 }
 
 // Len returns how many keys have a bucket of their own.
-func (t *Table[K]) Len() int {
+func (t *Table[K, L]) Len() int {
 	n := 0
 	for _, s := range t.shards {
 		s.mu.Lock()
@@ -120,7 +130,7 @@ func (t *Table[K]) Len() int {
 
 // toFrontLocked makes e the most recently used entry, linking it in if it
 // is not yet.
-func (s *shard[K]) toFrontLocked(e *entry[K]) {
+func (s *shard[K, L]) toFrontLocked(e *entry[K, L]) {
 	if e.prev != nil {
 		e.prev.next, e.next.prev = e.next, e.prev
 	}

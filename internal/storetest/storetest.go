@@ -191,11 +191,12 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		s := open(t)
 		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10})
 		req := NewRequest("order", 0)
-		req.ClaimedFloor = 500 // a client was granted up to 500: the store went back in time
-		if seg, err := s.Allocate(t.Context(), req); err != nil || seg.First != 501 || !seg.Repaired {
-			t.Fatalf("claimed floor 500: %+v, %v; want [501, 510], repaired", seg, err)
+		req.ClaimedFloor, req.MaxLead = 500, allocator.MaxClaimedLead // a client was granted up to 500: the store went back in time
+		if seg, err := s.Allocate(t.Context(), req); err != nil || seg.First != 501 || !seg.Repaired || seg.Lead != 500 || seg.FoundMaxID != 0 {
+			t.Fatalf("claimed floor 500: %+v, %v; want [501, 510], repaired, a lead of 500 from max_id 0", seg, err)
 		}
-		// A lie (or a client far ahead) costs a gap of at most the lead.
+		// A lie (or a client far ahead) costs a gap of at most the lead,
+		// however large a lead the caller has.
 		for _, above := range []int64{-1, allocator.MaxClaimedLead + 1} {
 			prev := maxID(t, s, "order")
 			claimed := int64(math.MaxInt64)
@@ -203,17 +204,67 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 				claimed = prev + above
 			}
 			req = NewRequest("order", 0)
-			req.ClaimedFloor = claimed
+			req.ClaimedFloor, req.MaxLead = claimed, math.MaxInt64
 			seg, err := s.Allocate(t.Context(), req)
-			if want := prev + allocator.MaxClaimedLead + 1; err != nil || seg.First != want || !seg.Repaired {
-				t.Fatalf("claimed floor %d at max_id %d: %+v, %v; want a range from %d", claimed, prev, seg, err, want)
+			if want := prev + allocator.MaxClaimedLead + 1; err != nil || seg.First != want || !seg.Repaired || seg.Lead != allocator.MaxClaimedLead || seg.FoundMaxID != prev {
+				t.Fatalf("claimed floor %d at max_id %d: %+v, %v; want a range from %d, a lead of 2^32", claimed, prev, seg, err, want)
 			}
 		}
-		// The instance's own floor is not bounded.
+		// The instance's own floor is not bounded, and is no lead.
 		req = NewRequest("order", 0)
 		req.Floor, req.ClaimedFloor = math.MaxInt64-100, 1
-		if seg, err := s.Allocate(t.Context(), req); err != nil || seg.First != math.MaxInt64-99 {
+		if seg, err := s.Allocate(t.Context(), req); err != nil || seg.First != math.MaxInt64-99 || seg.Lead != 0 {
 			t.Fatalf("instance floor near 2^63-1: %+v, %v", seg, err)
+		}
+	})
+
+	t.Run("a claimed floor's lead is bounded by the request's, and refused without one", func(t *testing.T) {
+		s := open(t)
+		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10})
+		mustAllocate(t, s, NewRequest("order", 0)) // max_id 10
+		claim := func(floor, instanceFloor, lead int64) (allocator.Segment, error) {
+			t.Helper()
+			req := NewRequest("order", 0)
+			req.ClaimedFloor, req.Floor, req.MaxLead = floor, instanceFloor, lead
+			return s.Allocate(t.Context(), req)
+		}
+		// Far ahead, with a lead of 100: raised by 100 exactly.
+		if seg, err := claim(math.MaxInt64, 0, 100); err != nil || seg.First != 111 || seg.Lead != 100 || seg.FoundMaxID != 10 || !seg.Repaired {
+			t.Fatalf("a claim with a lead of 100 at max_id 10: %+v, %v; want [111, 120], lead 100", seg, err)
+		}
+		// Nearer than the lead: raised to the claim, the lead is what it took.
+		if seg, err := claim(150, 0, 100); err != nil || seg.First != 151 || seg.Lead != 30 {
+			t.Fatalf("a claim 30 above max_id 120 with a lead of 100: %+v, %v; want [151, 160], lead 30", seg, err)
+		}
+		// The lead counts above the instance's floor, which costs the
+		// caller nothing.
+		if seg, err := claim(300, 200, 50); err != nil || seg.First != 251 || seg.Lead != 50 || seg.FoundMaxID != 160 {
+			t.Fatalf("a claim above the instance floor 200 at max_id 160 with a lead of 50: %+v, %v; want [251, 260], lead 50", seg, err)
+		}
+		// Honest claims, at or below max_id (or the instance's floor),
+		// need no lead and take none.
+		for _, c := range []struct{ floor, instance int64 }{{260, 0}, {1, 0}, {0, 0}, {400, 400}} {
+			prev := maxID(t, s, "order")
+			want := max(prev, c.instance) + 1
+			if seg, err := claim(c.floor, c.instance, 0); err != nil || seg.First != want || seg.Lead != 0 {
+				t.Fatalf("claim %d, instance floor %d at max_id %d without a lead: %+v, %v; want a range from %d, no lead", c.floor, c.instance, prev, seg, err, want)
+			}
+		}
+		// A claim above max_id without a lead is refused and changes
+		// nothing: no max_id moved, no request logged.
+		before := maxID(t, s, "order")
+		for _, lead := range []int64{0, -5} {
+			req := NewRequest("order", 0)
+			req.ClaimedFloor, req.MaxLead = before+1, lead
+			if _, err := s.Allocate(t.Context(), req); !errors.Is(err, allocator.ErrFloorBudget) {
+				t.Fatalf("a claim above max_id with lead %d: %v, want ErrFloorBudget", lead, err)
+			}
+			if _, err := s.Lookup(t.Context(), req.ID); !errors.Is(err, allocator.ErrNotFound) {
+				t.Fatalf("the refused request: lookup %v, want ErrNotFound", err)
+			}
+		}
+		if got := maxID(t, s, "order"); got != before {
+			t.Fatalf("refused claims moved max_id from %d to %d", before, got)
 		}
 	})
 
