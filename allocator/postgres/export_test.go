@@ -11,3 +11,7 @@ var SegmentLogStatements = map[string]string{
 	"read a request's holder":      holderOfSQL,
 	"give back an instance's tail": giveBackSQL,
 }
+
+// OpenMeasured is Open with the estimator the pool's round trips feed, so
+// that a test controls its clock.
+var OpenMeasured = open
