@@ -190,6 +190,23 @@ func (a *Allocator) attemptTimeout() time.Duration {
 	return a.cfg.RoundTrip.Timeout(a.cfg.AttemptTimeout)
 }
 
+// MaxGiveBackTimeout bounds one give-back's store call (a caller's range
+// tail, an instance's at shutdown), whatever the round trip and the
+// attempt timeout: a give-back holds the tag's row lock (on SQLite, the
+// file's write lock) from its first statement to its commit, and every
+// grant of the tag waits behind it, so no estimate, however it was fooled,
+// may stretch that. 5 s is some sixteen round trips to a database 150 ms
+// away each way, where a new connection and the give-back's transaction
+// take about ten; nearby, a give-back takes milliseconds. One that does
+// not finish in time changes nothing, and leaves its IDs a gap.
+const MaxGiveBackTimeout = 5 * time.Second
+
+// giveBackTimeout bounds one give-back: the attempt timeout, at most
+// MaxGiveBackTimeout.
+func (a *Allocator) giveBackTimeout() time.Duration {
+	return min(a.attemptTimeout(), MaxGiveBackTimeout)
+}
+
 // loadAttempts is how many attempts (an allocation, the lookup of a lost
 // reply, another) one load is given time for, at least.
 const loadAttempts = 3
