@@ -198,7 +198,8 @@ func (a *Allocator) attemptTimeout() time.Duration {
 // may stretch that. 5 s is some sixteen round trips to a database 150 ms
 // away each way, where a new connection and the give-back's transaction
 // take about ten; nearby, a give-back takes milliseconds. One that does
-// not finish in time changes nothing, and leaves its IDs a gap.
+// not finish in time is rolled back (or committed without its answer):
+// either way its caller serves none of the IDs, a gap at worst.
 const MaxGiveBackTimeout = 5 * time.Second
 
 // giveBackTimeout bounds one give-back: the attempt timeout, at most

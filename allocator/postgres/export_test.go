@@ -12,6 +12,15 @@ var SegmentLogStatements = map[string]string{
 	"give back an instance's tail": giveBackSQL,
 }
 
+// CustomPlanned names the SegmentLogStatements that run in a give-back's
+// transaction, which lockTagSQL has planned for its parameters: they never
+// get a generic plan.
+var CustomPlanned = map[string]bool{
+	"give back a caller's tail":   true,
+	"record a caller's give-back": true,
+	"read a request's holder":     true,
+}
+
 // OpenMeasured is Open with the estimator the pool's round trips feed, so
 // that a test controls its clock.
 var OpenMeasured = open

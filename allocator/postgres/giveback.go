@@ -39,8 +39,18 @@ WHERE biz_tag = $2 AND max_id = $4
                   WHERE biz_tag = $2 AND last_id >= $3
                     AND COALESCE(returned_from - 1, last_id) >= GREATEST($3, first_id) AND request_id <> $1)`
 
-// lockTagSQL takes the tag's row lock for a give-back.
-const lockTagSQL = `SELECT max_id FROM idmint_tags WHERE biz_tag = $1 FOR UPDATE`
+// lockTagSQL takes the tag's row lock for a give-back, and has the rest
+// of the transaction planned for its parameters (force_custom_plan): a
+// generic plan of giveBackRangeSQL, which pgx's prepared statements get
+// after five runs, cannot know that $3 lies at the top of the tag's range,
+// and costs its NOT EXISTS as stopping at the first of a third of the rows
+// of the tag (the planner's default for last_id >= $3): a scan of the
+// whole log, where the real answer reads a row or two of the index.
+const lockTagSQL = `
+WITH custom AS (
+    SELECT set_config('plan_cache_mode', 'force_custom_plan', true) AS plan_cache_mode
+)
+SELECT t.max_id FROM idmint_tags t, custom WHERE t.biz_tag = $1 FOR UPDATE OF t`
 
 // returnedFromSQL records a caller's give-back in its request's log row.
 const returnedFromSQL = `UPDATE idmint_segments SET returned_from = $2 WHERE request_id = $1`

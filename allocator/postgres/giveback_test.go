@@ -3,6 +3,8 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -81,26 +83,161 @@ func TestPostgres_SegmentLogPlans(t *testing.T) {
 			if !ok {
 				t.Fatalf("no parameters for %q: add them to this test", name)
 			}
-			rows, err := store.Pool().Query(t.Context(), "EXPLAIN "+sql, a...)
+			plans := map[string]string{"custom": explain(t, store, sql, a, false)}
+			// A prepared statement may get a generic plan after five runs,
+			// unless its transaction forces plans for its parameters.
+			if !postgres.CustomPlanned[name] {
+				plans["generic"] = explain(t, store, sql, a, true)
+			}
+			for kind, plan := range plans {
+				if strings.Contains(plan, "Seq Scan on idmint_segments") {
+					t.Fatalf("%s: its %s plan reads the whole segment log:\n%s", name, kind, plan)
+				}
+				t.Logf("%s, %s plan:\n%s", name, kind, plan)
+			}
+		})
+	}
+}
+
+// explain returns the plan of sql with args: the one made for these
+// values, or with generic the one a prepared statement may be given for
+// any values.
+func explain(t *testing.T, store *postgres.Store, sql string, args []any, generic bool) string {
+	t.Helper()
+	ctx := t.Context()
+	tx, err := store.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	query := "EXPLAIN " + sql
+	if generic {
+		if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "PREPARE explained AS "+sql); err != nil {
+			t.Fatal(err)
+		}
+		// Prepared statements outlive transactions.
+		defer func() {
+			if _, err := tx.Exec(ctx, "DEALLOCATE explained"); err != nil {
+				t.Error(err)
+			}
+		}()
+		// EXECUTE takes values, not parameters: literals.
+		lits := make([]string, len(args))
+		for i, a := range args {
+			switch v := a.(type) {
+			case nil:
+				lits[i] = "NULL"
+			case int64:
+				lits[i] = strconv.FormatInt(v, 10)
+			case []byte:
+				lits[i] = fmt.Sprintf(`'\x%x'`, v)
+			case string, uuid.UUID:
+				lits[i] = "'" + strings.ReplaceAll(fmt.Sprint(v), "'", "''") + "'"
+			default:
+				t.Fatalf("no literal for %T", a)
+			}
+		}
+		query, args = "EXPLAIN EXECUTE explained("+strings.Join(lits, ", ")+")", nil
+	}
+	rows, err := tx.Query(ctx, query, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, line)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(plan, "\n")
+}
+
+// TestPostgres_GiveBacksScanNoTable: give-backs run as the store runs
+// them, on one connection whose prepared statements PostgreSQL plans
+// generically after five runs, read the segment log by its indexes only:
+// the table's sequential-scan counter does not move over many of them, on
+// a log large enough to make a scan the generic plan's choice.
+func TestPostgres_GiveBacksScanNoTable(t *testing.T) {
+	ctx := t.Context()
+	_, dbURL := openPostgres(t)
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("pool_max_conns", "1")
+	u.RawQuery = q.Encode()
+	store := connect(t, u.String())
+	var version int
+	if err := store.Pool().QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	if version < 150000 {
+		t.Skipf("server version %d: pg_stat_force_next_flush needs PostgreSQL 15", version)
+	}
+	const tag, rows, runs = "order", 200_000, 12
+	createTag(t, store, allocator.TagSpec{Name: tag, Step: 10})
+	fillLog(t, store, tag, 0, rows)
+	// scans reads the log's scan counters, once this backend has flushed
+	// its own.
+	scans := func() (seq, idx int64) {
+		t.Helper()
+		if _, err := store.Pool().Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+			t.Fatal(err)
+		}
+		if err := store.Pool().QueryRow(ctx, `SELECT seq_scan, COALESCE(idx_scan, 0) FROM pg_stat_user_tables WHERE relname = 'idmint_segments'`).
+			Scan(&seq, &idx); err != nil {
+			t.Fatal(err)
+		}
+		return seq, idx
+	}
+	holder := allocator.NewHolder("anonymous", "key")
+	for _, c := range []struct {
+		name     string
+		giveBack func(t *testing.T)
+	}{
+		{"a caller's", func(t *testing.T) {
+			req := storetest.NewRequest(tag, 10)
+			req.Holder = holder
+			seg, err := store.Allocate(ctx, req)
 			if err != nil {
 				t.Fatal(err)
 			}
-			var plan []string
-			for rows.Next() {
-				var line string
-				if err := rows.Scan(&line); err != nil {
-					t.Fatal(err)
-				}
-				plan = append(plan, line)
+			if ok, err := store.GiveBackRange(ctx, req.ID, holder, tag, seg.First+5, seg.Last); err != nil || !ok {
+				t.Fatalf("GiveBackRange = %v, %v", ok, err)
 			}
-			if err := rows.Err(); err != nil {
+		}},
+		{"an instance's", func(t *testing.T) {
+			seg, err := store.Allocate(ctx, storetest.NewRequest(tag, 10))
+			if err != nil {
 				t.Fatal(err)
 			}
-			text := strings.Join(plan, "\n")
-			if strings.Contains(text, "Seq Scan on idmint_segments") {
-				t.Fatalf("%s reads the whole segment log:\n%s", name, text)
+			if ok, err := store.GiveBack(ctx, tag, seg.First+5, seg.Last); err != nil || !ok {
+				t.Fatalf("GiveBack = %v, %v", ok, err)
 			}
-			t.Logf("%s:\n%s", name, text)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			seq, idx := scans()
+			for range runs {
+				c.giveBack(t)
+			}
+			seqAfter, idxAfter := scans()
+			if seqAfter != seq {
+				t.Fatalf("%d give-backs scanned the segment log %d times", runs, seqAfter-seq)
+			}
+			if idxAfter == idx {
+				t.Fatalf("%d give-backs read no index of the segment log: the counters prove nothing", runs)
+			}
+			t.Logf("%d give-backs: %d index scans of the segment log, 0 sequential", runs, idxAfter-idx)
 		})
 	}
 }
