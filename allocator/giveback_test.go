@@ -2,7 +2,11 @@ package allocator_test
 
 import (
 	"context"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/memstore"
@@ -103,5 +107,94 @@ func TestAllocator_RollbackRepaired(t *testing.T) {
 	}
 	if got := maxIDOf(t, m, "order"); got < st.Highest {
 		t.Fatalf("max_id %d below the highest id granted %d", got, st.Highest)
+	}
+}
+
+// giveBackBudgets records how much time each give-back was given.
+type giveBackBudgets struct {
+	allocator.Store
+	mu               sync.Mutex
+	caller, instance []time.Duration
+}
+
+func budget(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		return time.Until(d)
+	}
+	return -1 // none: unbounded
+}
+
+func (s *giveBackBudgets) GiveBackRange(ctx context.Context, id uuid.UUID, h allocator.Holder, tag string, first, last int64) (bool, error) {
+	s.mu.Lock()
+	s.caller = append(s.caller, budget(ctx))
+	s.mu.Unlock()
+	return s.Store.GiveBackRange(ctx, id, h, tag, first, last)
+}
+
+func (s *giveBackBudgets) GiveBack(ctx context.Context, tag string, first, last int64) (bool, error) {
+	s.mu.Lock()
+	s.instance = append(s.instance, budget(ctx))
+	s.mu.Unlock()
+	return s.Store.GiveBack(ctx, tag, first, last)
+}
+
+// TestAllocator_GiveBackBounded: a give-back holds the tag's lock in the
+// store, so its time is bounded by MaxGiveBackTimeout however long the
+// round trip makes the attempt timeout, or an operator set it; nearby it
+// is the attempt timeout.
+func TestAllocator_GiveBackBounded(t *testing.T) {
+	far := allocator.NewRoundTrip(0, 0)
+	far.Observe(time.Second) // twenty round trips: 20 s
+	for _, tt := range []struct {
+		name string
+		mod  func(*allocator.Config)
+		want time.Duration
+	}{
+		{"nearby: the attempt timeout", func(c *allocator.Config) { c.AttemptTimeout = 2 * time.Second }, 2 * time.Second},
+		{"a long round trip: the ceiling", func(c *allocator.Config) { c.RoundTrip = far }, allocator.MaxGiveBackTimeout},
+		{"a long attempt timeout: the ceiling", func(c *allocator.Config) { c.AttemptTimeout = time.Minute }, allocator.MaxGiveBackTimeout},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			store := &giveBackBudgets{Store: memStore(t, "order")}
+			a := newAllocator(t, store, func(c *allocator.Config) {
+				c.Segment = segment.Config{Threshold: 0.5}
+				tt.mod(c)
+			})
+			h := allocator.NewHolder("anonymous", "key")
+			rr := allocator.RangeRequest{ID: uuid.Must(uuid.NewV7()), Tag: "order", Size: 10, Holder: h}
+			seg, _, err := a.GrantRange(ctx, rr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := a.GiveBackRange(ctx, rr.ID, h, "order", seg.First+5, seg.Last); err != nil || !ok {
+				t.Fatalf("GiveBackRange = %v, %v", ok, err)
+			}
+			if _, err := a.Next(ctx, "order"); err != nil {
+				t.Fatal(err)
+			}
+			// Close gives the instance's tail back, under a close of its
+			// own that allows far longer.
+			closeCtx, cancel := context.WithTimeout(ctx, time.Hour)
+			defer cancel()
+			if err := a.Close(closeCtx); err != nil {
+				t.Fatal(err)
+			}
+			store.mu.Lock()
+			defer store.mu.Unlock()
+			for _, b := range []struct {
+				who     string
+				budgets []time.Duration
+			}{{"a caller's give-back", store.caller}, {"an instance's give-back", store.instance}} {
+				if len(b.budgets) == 0 {
+					t.Fatalf("no %s seen", b.who)
+				}
+				for _, got := range b.budgets {
+					if got <= tt.want/2 || got > tt.want {
+						t.Fatalf("%s given %v, want %v", b.who, got, tt.want)
+					}
+				}
+			}
+		})
 	}
 }

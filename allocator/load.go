@@ -74,8 +74,11 @@ func (g storeGranter) Lookup(ctx context.Context, req segment.Request) (segment.
 
 // GiveBack gives r back to the store: only if max_id still ends it, so
 // that nobody else was granted an ID above its first, and this instance,
-// closing, hands out none of it.
+// closing, hands out none of it. It is bounded as a caller's give-back is
+// (giveBackTimeout), whatever time the close was given.
 func (g storeGranter) GiveBack(ctx context.Context, req segment.Request, r segment.Range) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, g.a.giveBackTimeout())
+	defer cancel()
 	return g.a.cfg.Store.GiveBack(ctx, req.Tag, r.First, r.Last)
 }
 

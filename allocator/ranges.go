@@ -136,7 +136,7 @@ func (a *Allocator) GiveBackRange(ctx context.Context, id uuid.UUID, h Holder, t
 	if h.IsZero() {
 		return false, fmt.Errorf("%w: request %s: no holder presented", ErrNotHolder, id)
 	}
-	ctx, cancel := context.WithTimeout(ctx, a.attemptTimeout())
+	ctx, cancel := context.WithTimeout(ctx, a.giveBackTimeout())
 	defer cancel()
 	ok, err := a.cfg.Store.GiveBackRange(ctx, id, h, tag, first, last)
 	if errors.Is(err, ErrNotHolder) {

@@ -33,7 +33,8 @@ func TestRoundTrip_Timeout(t *testing.T) {
 		{"150ms each way: twenty round trips", []time.Duration{300 * time.Millisecond}, 6 * time.Second},
 		{"400ms each way: twenty round trips", []time.Duration{800 * time.Millisecond}, 16 * time.Second},
 		{"a satellite: the ceiling", []time.Duration{5 * time.Second}, ceiling},
-		{"one slow round trip moves an eighth", []time.Duration{800 * time.Millisecond, 1600 * time.Millisecond}, 18 * time.Second},
+		{"a slower exchange does not raise it", []time.Duration{800 * time.Millisecond, 1600 * time.Millisecond}, 16 * time.Second},
+		{"a faster one lowers it", []time.Duration{800 * time.Millisecond, 400 * time.Millisecond}, 8 * time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -47,27 +48,79 @@ func TestRoundTrip_Timeout(t *testing.T) {
 		})
 	}
 
-	t.Run("rises with the round trip and falls back when it goes away", func(t *testing.T) {
-		rt := allocator.NewRoundTrip(20, ceiling)
+	t.Run("rises with the round trip once the window passes, falls back at once", func(t *testing.T) {
+		clock := time.Unix(1_700_000_000, 0)
+		rt := allocator.NewRoundTripClock(20, ceiling, func() time.Time { return clock })
 		rt.Observe(time.Millisecond)
-		if got := rt.Timeout(floor); got != floor {
-			t.Fatalf("nearby: %v, want the floor %v", got, floor)
-		}
-		for range 50 {
+		start := clock
+		// The database moves 400 ms away each way: every exchange takes
+		// 800 ms from now on, ten a second.
+		n := 0
+		for ; rt.Timeout(floor) == floor && n < 1000; n++ {
+			clock = clock.Add(100 * time.Millisecond)
 			rt.Observe(800 * time.Millisecond)
 		}
-		far := rt.Timeout(floor)
-		if far <= 15*time.Second || far > 16*time.Second {
-			t.Fatalf("after 50 round trips of 800ms: %v, want close to 16s", far)
+		rose := clock.Sub(start)
+		if got := rt.Timeout(floor); got != 16*time.Second {
+			t.Fatalf("after %v of round trips of 800ms: %v, want 16s", rose, got)
 		}
-		n := 0
-		for ; rt.Timeout(floor) > floor && n < 100; n++ {
-			rt.Observe(time.Millisecond)
+		if rose > allocator.RoundTripWindow || rose < allocator.RoundTripWindow*3/4 {
+			t.Fatalf("rose after %v, want within the window of %v, not before most of it", rose, allocator.RoundTripWindow)
 		}
-		if rt.Timeout(floor) != floor {
-			t.Fatalf("still %v after 100 nearby round trips", rt.Timeout(floor))
+		rt.Observe(time.Millisecond)
+		if got := rt.Timeout(floor); got != floor {
+			t.Fatalf("after one nearby round trip: %v, want the floor %v", got, floor)
 		}
-		t.Logf("back to the floor after %d nearby round trips", n)
+	})
+
+	t.Run("slow statements and lock waits do not raise it", func(t *testing.T) {
+		clock := time.Unix(1_700_000_000, 0)
+		rt := allocator.NewRoundTripClock(20, ceiling, func() time.Time { return clock })
+		rt.Observe(300 * time.Microsecond) // a ping, a begin: the network
+		for i := range 100 {
+			// Exchanges that waited on the server: a statement that reads a
+			// long log, a give-back behind a row lock (190 ms to 2 s).
+			clock = clock.Add(20 * time.Millisecond)
+			rt.Observe(190*time.Millisecond + time.Duration(i)*18*time.Millisecond)
+		}
+		if got := rt.Estimate(); got != 300*time.Microsecond {
+			t.Fatalf("estimate %v after slow statements, want the network's 300µs", got)
+		}
+		if got := rt.Timeout(floor); got != floor {
+			t.Fatalf("timeout %v after slow statements, want the floor %v", got, floor)
+		}
+	})
+
+	t.Run("a window without round trips keeps the last known", func(t *testing.T) {
+		clock := time.Unix(1_700_000_000, 0)
+		rt := allocator.NewRoundTripClock(20, ceiling, func() time.Time { return clock })
+		rt.Observe(300 * time.Millisecond)
+		clock = clock.Add(time.Hour)
+		if got := rt.Estimate(); got != 300*time.Millisecond {
+			t.Fatalf("after an idle hour: %v, want the last known 300ms", got)
+		}
+		rt.Observe(400 * time.Millisecond)
+		if got := rt.Estimate(); got != 400*time.Millisecond {
+			t.Fatalf("the first round trip after an idle hour: %v, want it, 400ms", got)
+		}
+	})
+
+	t.Run("concurrent use", func(t *testing.T) {
+		clock := time.Unix(1_700_000_000, 0)
+		rt := allocator.NewRoundTripClock(20, ceiling, func() time.Time { return clock })
+		var wg sync.WaitGroup
+		for g := range 8 {
+			wg.Go(func() {
+				for i := range 1000 {
+					rt.Observe(time.Duration(1+g+i) * time.Millisecond)
+					_ = rt.Timeout(floor)
+				}
+			})
+		}
+		wg.Wait()
+		if got := rt.Estimate(); got != time.Millisecond {
+			t.Fatalf("estimate %v, want the least seen, 1ms", got)
+		}
 	})
 
 	t.Run("a floor above the ceiling is kept", func(t *testing.T) {

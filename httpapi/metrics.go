@@ -219,7 +219,7 @@ func newStatsCollector(a Allocator, pingTimeout time.Duration) *statsCollector {
 		alloc:       a,
 		pingTimeout: pingTimeout,
 		dbUp:        prometheus.NewDesc("idmint_database_up", "1 when the database answered a ping at scrape time, 0 when not.", nil, nil),
-		roundTrip:   prometheus.NewDesc("idmint_database_round_trip_seconds", "Measured round trip to the database (moving average; 0 when not measured).", nil, nil),
+		roundTrip:   prometheus.NewDesc("idmint_database_round_trip_seconds", "Measured round trip to the database (the least exchange of the last 10 s; 0 when not measured).", nil, nil),
 		fetchTimeout: prometheus.NewDesc("idmint_fetch_timeout_seconds",
 			"Timeout of one store call of a segment fetch: max(floor, 20 x round trip), bounded above.", nil, nil),
 		connectTimeout: prometheus.NewDesc("idmint_connect_timeout_seconds",

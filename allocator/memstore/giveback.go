@@ -25,12 +25,9 @@ func (m *Store) GiveBackRange(ctx context.Context, id uuid.UUID, h allocator.Hol
 	if !ok || !granted || returned || t.MaxID != last || own.Tag != tag || own.First > first || own.Last != last {
 		return false, nil
 	}
-	for rid, seg := range m.requests {
-		kept := seg.Last
-		if from, ok := m.returned[rid]; ok {
-			kept = from - 1
-		}
-		if rid != id && seg.Tag == tag && kept >= max(first, seg.First) {
+	for _, e := range m.tailOf(tag, first) {
+		seg := m.requests[e.id]
+		if e.id != id && m.keptLastLocked(seg) >= max(first, seg.First) {
 			return false, nil
 		}
 	}
@@ -59,17 +56,22 @@ func (m *Store) GiveBack(ctx context.Context, tag string, first, last int64) (bo
 	t.MaxID = first - 1
 	// As in the postgres store: the requests whose kept part reaches into [first,
 	// last] keep only what lies below first.
-	for rid, seg := range m.requests {
-		kept := seg.Last
-		if from, ok := m.returned[rid]; ok {
-			kept = from - 1
-		}
-		if seg.Tag == tag && seg.First <= last && kept >= first {
+	for _, e := range m.tailOf(tag, first) {
+		if seg := m.requests[e.id]; seg.First <= last && m.keptLastLocked(seg) >= first {
 			if m.returned == nil {
 				m.returned = map[uuid.UUID]int64{}
 			}
-			m.returned[rid] = max(seg.First, first)
+			m.returned[e.id] = max(seg.First, first)
 		}
 	}
 	return true, nil
+}
+
+// keptLastLocked is the last ID seg keeps: returned - 1 once a give-back
+// took its tail, below First when it took all.
+func (m *Store) keptLastLocked(seg allocator.Segment) int64 {
+	if from, ok := m.returned[seg.RequestID]; ok {
+		return from - 1
+	}
+	return seg.Last
 }

@@ -37,6 +37,7 @@ func (m *Store) Allocate(ctx context.Context, req allocator.Request) (allocator.
 		Repaired: t.MaxID < floor, FoundMaxID: t.MaxID, Lead: allocator.ClaimedLeadOf(t.MaxID, floor, req), Holder: req.Holder}
 	t.MaxID = seg.Last
 	m.requests[req.ID] = seg
+	m.logLocked(seg)
 	return seg, nil
 }
 

@@ -21,6 +21,12 @@ import (
 // nothing, so the tail that touches it goes back after it). The guard makes a late, repeated or
 // stranger's give-back harmless: once another request was granted IDs of
 // the tail, max_id may end at $4 again, but the log shows that request.
+//
+// The guard runs under the tag's row lock, so it must not read the whole
+// log: last_id >= $3 is implied (a row keeps nothing above its last_id)
+// and bounds it to the range of the index (biz_tag, last_id) from $3 up,
+// where the COALESCE alone hides last_id from the planner and makes it
+// scan every row of the tag.
 const giveBackRangeSQL = `
 UPDATE idmint_tags SET max_id = $3 - 1, updated_at = now()
 WHERE biz_tag = $2 AND max_id = $4
@@ -30,7 +36,24 @@ WHERE biz_tag = $2 AND max_id = $4
                 AND principal = $5
                 AND holder_hash = $6)
   AND NOT EXISTS (SELECT 1 FROM idmint_segments
-                  WHERE biz_tag = $2 AND COALESCE(returned_from - 1, last_id) >= GREATEST($3, first_id) AND request_id <> $1)`
+                  WHERE biz_tag = $2 AND last_id >= $3
+                    AND COALESCE(returned_from - 1, last_id) >= GREATEST($3, first_id) AND request_id <> $1)`
+
+// lockTagSQL takes the tag's row lock for a give-back, and has the rest
+// of the transaction planned for its parameters (force_custom_plan): a
+// generic plan of giveBackRangeSQL, which pgx's prepared statements get
+// after five runs, cannot know that $3 lies at the top of the tag's range,
+// and costs its NOT EXISTS as stopping at the first of a third of the rows
+// of the tag (the planner's default for last_id >= $3): a scan of the
+// whole log, where the real answer reads a row or two of the index.
+const lockTagSQL = `
+WITH custom AS (
+    SELECT set_config('plan_cache_mode', 'force_custom_plan', true) AS plan_cache_mode
+)
+SELECT t.max_id FROM idmint_tags t, custom WHERE t.biz_tag = $1 FOR UPDATE OF t`
+
+// returnedFromSQL records a caller's give-back in its request's log row.
+const returnedFromSQL = `UPDATE idmint_segments SET returned_from = $2 WHERE request_id = $1`
 
 // holderOfSQL reads a request's holder, to tell a give-back refused for
 // its holder from one refused for the state of the tag.
@@ -46,7 +69,7 @@ func (p *Store) GiveBackRange(ctx context.Context, id uuid.UUID, h allocator.Hol
 	principal, hash := sqlstore.HolderArgs(h)
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		var maxID int64
-		err := tx.QueryRow(ctx, `SELECT max_id FROM idmint_tags WHERE biz_tag = $1 FOR UPDATE`, tag).Scan(&maxID)
+		err := tx.QueryRow(ctx, lockTagSQL, tag).Scan(&maxID)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			return nil
@@ -59,7 +82,7 @@ func (p *Store) GiveBackRange(ctx context.Context, id uuid.UUID, h allocator.Hol
 			}
 			if res.RowsAffected() == 1 {
 				n = 1
-				_, err = tx.Exec(ctx, `UPDATE idmint_segments SET returned_from = $2 WHERE request_id = $1`, id, first)
+				_, err = tx.Exec(ctx, returnedFromSQL, id, first)
 				return err
 			}
 		}
@@ -72,6 +95,8 @@ func (p *Store) GiveBackRange(ctx context.Context, id uuid.UUID, h allocator.Hol
 // ($3), and in the same statement marks the log rows of the IDs given back
 // (returned_from), so that the log alone explains every ID: the rows whose
 // kept part reaches into [first, last] keep only what lies below first.
+// They end at or above first (last_id >= $2, implied): the range of the
+// index (biz_tag, last_id) from first up, not the tag's whole log.
 const giveBackSQL = `
 WITH back AS (
     UPDATE idmint_tags SET max_id = $2 - 1, updated_at = now()
@@ -80,7 +105,7 @@ WITH back AS (
 ), marked AS (
     UPDATE idmint_segments s SET returned_from = GREATEST(s.first_id, $2)
     FROM back
-    WHERE s.biz_tag = back.biz_tag AND s.first_id <= $3
+    WHERE s.biz_tag = back.biz_tag AND s.last_id >= $2 AND s.first_id <= $3
       AND COALESCE(s.returned_from - 1, s.last_id) >= $2
     RETURNING s.request_id
 )

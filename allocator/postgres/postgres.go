@@ -24,6 +24,11 @@ type Store struct {
 // Open connects to PostgreSQL. The pool's own settings come from the
 // URL (pool_max_conns and friends).
 func Open(ctx context.Context, url string) (*Store, error) {
+	return open(ctx, url, allocator.NewRoundTrip(0, 0))
+}
+
+// open is Open with the estimator the pool's round trips feed.
+func open(ctx context.Context, url string, rtt *allocator.RoundTrip) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
@@ -35,7 +40,6 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	// hand them out again.
 	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
 	followFailover(cfg)
-	rtt := allocator.NewRoundTrip(0, 0)
 	measureRoundTrips(cfg, rtt)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

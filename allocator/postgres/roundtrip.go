@@ -12,12 +12,15 @@ import (
 	"github.com/idmint/idmint/allocator"
 )
 
-// measureRoundTrips makes every connection of the pool report its round
-// trips to rt: the time from a write after which nothing was read yet to
-// the first bytes read back, which is one request and its first reply
+// measureRoundTrips makes every connection of the pool report its
+// exchanges to rt: the time from a write after which nothing was read yet
+// to the first bytes read back, which is one request and its first reply
 // (the startup and authentication exchanges of a connect, a ping, a
-// statement). It is measured on the wire, so a connect that times out
-// still leaves its round trips behind for the next one.
+// begin, a statement). It is measured on the wire, so a connect that
+// times out still leaves its round trips behind for the next one. An
+// exchange also holds the server's time (a statement that runs long, one
+// that waits for a row lock): rt keeps the least exchange of a window (see
+// allocator.RoundTrip), which is the network's.
 //
 // When the pool bounds each connect (a multi-host URL, see
 // followFailover), the bound follows the round trip too: each new

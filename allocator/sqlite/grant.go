@@ -15,6 +15,10 @@ import (
 	"github.com/idmint/idmint/internal/sqlstore"
 )
 
+// logSQL records a grant in the segment log; the primary key refuses a
+// request ID granted before.
+const logSQL = `INSERT INTO idmint_segments (request_id, biz_tag, first_id, last_id, instance, principal, holder_hash) VALUES (?, ?, ?, ?, ?, ?, ?)`
+
 // Allocate implements allocator.Store.
 //
 // The transaction holds the write lock from its first statement, so nothing
@@ -54,8 +58,7 @@ func (s *Store) Allocate(ctx context.Context, req allocator.Request) (allocator.
 			return err
 		}
 		principal, hash := sqlstore.HolderArgs(req.Holder)
-		_, err = tx.ExecContext(ctx, `INSERT INTO idmint_segments (request_id, biz_tag, first_id, last_id, instance, principal, holder_hash) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-			req.ID.String(), req.Tag, seg.First, seg.Last, req.Instance, principal, hash)
+		_, err = tx.ExecContext(ctx, logSQL, req.ID.String(), req.Tag, seg.First, seg.Last, req.Instance, principal, hash)
 		if isConstraint(err, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY) {
 			return allocator.ErrAlreadyGranted
 		}
@@ -67,6 +70,14 @@ func (s *Store) Allocate(ctx context.Context, req allocator.Request) (allocator.
 	return seg, nil
 }
 
+// lookupSQL reads a request's log row: what it kept (a give-back ends it at
+// returned_from - 1, before first_id when it gave back all) and its holder.
+const lookupSQL = `
+SELECT s.biz_tag, s.first_id, COALESCE(s.returned_from - 1, s.last_id), t.step, COALESCE(t.max_step, 0),
+       t.runway_ms, s.principal, s.holder_hash
+FROM idmint_segments s JOIN idmint_tags t USING (biz_tag)
+WHERE s.request_id = ?`
+
 // Lookup implements allocator.Store.
 func (s *Store) Lookup(ctx context.Context, id uuid.UUID) (allocator.Segment, error) {
 	seg := allocator.Segment{RequestID: id}
@@ -75,11 +86,7 @@ func (s *Store) Lookup(ctx context.Context, id uuid.UUID) (allocator.Segment, er
 		hash      []byte
 		runwayMS  int64
 	)
-	err := s.db.QueryRowContext(ctx, `
-SELECT s.biz_tag, s.first_id, COALESCE(s.returned_from - 1, s.last_id), t.step, COALESCE(t.max_step, 0),
-       t.runway_ms, s.principal, s.holder_hash
-FROM idmint_segments s JOIN idmint_tags t USING (biz_tag)
-WHERE s.request_id = ?`, id.String()).Scan(&seg.Tag, &seg.First, &seg.Last, &seg.Step, &seg.MaxStep, &runwayMS, &principal, &hash)
+	err := s.db.QueryRowContext(ctx, lookupSQL, id.String()).Scan(&seg.Tag, &seg.First, &seg.Last, &seg.Step, &seg.MaxStep, &runwayMS, &principal, &hash)
 	seg.Runway = time.Duration(runwayMS) * time.Millisecond
 	if errors.Is(err, sql.ErrNoRows) {
 		return allocator.Segment{}, allocator.ErrNotFound

@@ -182,6 +182,69 @@ func TestFarDatabase_TimeoutsFollowRoundTrip(t *testing.T) {
 	}
 }
 
+// TestFarDatabase_GiveBack: 150 ms each way, with serve's timeouts, a
+// caller's give-back and an instance's at close both succeed within the
+// fixed bound of a give-back (allocator.MaxGiveBackTimeout), each on a new
+// connection (the worst case: a connect, then the give-back's
+// transaction).
+func TestFarDatabase_GiveBack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("far database: slow round trips")
+	}
+	const tag, step, oneWay = "order", 1000, 150 * time.Millisecond
+	ctx := context.Background()
+	dbURL := newDatabase(t, pgtest.Shared(t))
+	createTag(t, open(t, dbURL), tag, step, step)
+	px := far(t, dbURL, oneWay)
+	store := open(t, px.URL)
+	pingAsServe(t, store)
+	a := newInstance(t, store, "far", func(c *allocator.Config) {
+		c.AttemptTimeout, c.RetryMin, c.RetryMax = serveAttemptTimeout, 0, 0
+		c.Segment = segment.Config{WaitTimeout: 10 * time.Second}
+		c.RoundTrip = store.RoundTrip()
+	})
+	if id, err := a.Next(ctx, tag); err != nil || id != 1 {
+		t.Fatalf("Next = %d, %v; want 1", id, err)
+	}
+	h := allocator.NewHolder("anonymous", "key")
+	rr := allocator.RangeRequest{ID: uuid.Must(uuid.NewV7()), Tag: tag, Size: step, Holder: h}
+	seg, _, err := a.GrantRange(ctx, rr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// holdIdle takes every idle connection until the returned func, so that
+	// the next store call opens a new one.
+	holdIdle := func() func() {
+		conns := store.Pool().AcquireAllIdle(ctx)
+		return func() {
+			for _, c := range conns {
+				c.Release()
+			}
+		}
+	}
+	release := holdIdle()
+	start := time.Now()
+	ok, err := a.GiveBackRange(ctx, rr.ID, h, tag, seg.First, seg.Last)
+	caller := time.Since(start)
+	release()
+	if err != nil || !ok {
+		t.Fatalf("a caller's give-back at %v each way (%v): %v, %v", oneWay, caller, ok, err)
+	}
+	release = holdIdle()
+	start = time.Now()
+	err = a.Close(ctx)
+	closed := time.Since(start)
+	release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := maxID(t, store, tag); got != 1 {
+		t.Fatalf("max_id %d after both give-backs, want 1", got)
+	}
+	t.Logf("%v each way (round trip %v): a caller's give-back on a new connection %v, an instance's close %v; bound %v",
+		oneWay, store.RoundTrip().Estimate().Round(time.Millisecond), caller.Round(time.Millisecond), closed.Round(time.Millisecond), allocator.MaxGiveBackTimeout)
+}
+
 // TestFarDatabase_LinkCut: 150 ms each way, behind the real HTTP server,
 // the link is cut (the proxy disabled: every connection dropped, new ones
 // refused) while a fetch is due, for longer than a fetch takes and shorter

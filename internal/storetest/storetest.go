@@ -538,6 +538,33 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		}
 	})
 
+	t.Run("a give-back is refused while another request keeps ids inside its tail", func(t *testing.T) {
+		s := open(t)
+		createTag(t, s, allocator.TagSpec{Name: "order", Step: 10})
+		own := NewRequest("order", 100)
+		own.Holder = allocator.NewHolder("anonymous", "key")
+		mustAllocate(t, s, own) // a client's [1, 100]
+		// A restore takes max_id back to 50 under a surviving log, and an
+		// instance is granted [51, 100]: inside the client's tail, ending
+		// where it ends. max_id ends the client's range again and nothing
+		// in the log lies above 100: only the instance's row, which keeps
+		// the tail's IDs, says no.
+		s.SetMaxID("order", 50)
+		other := mustAllocate(t, s, NewRequest("order", 50))
+		if other.First != 51 || other.Last != 100 {
+			t.Fatalf("the instance's segment = [%d, %d], want [51, 100]: the scenario proves nothing", other.First, other.Last)
+		}
+		if done, err := s.GiveBackRange(t.Context(), own.ID, own.Holder, "order", 51, 100); err != nil || done {
+			t.Fatalf("give back [51, 100] with [%d, %d] kept by another request = %v, %v; want refused", other.First, other.Last, done, err)
+		}
+		if got := maxID(t, s, "order"); got != 100 {
+			t.Fatalf("max_id %d, want 100: the instance's [51, 100] would be granted again", got)
+		}
+		if got, err := s.Lookup(t.Context(), other.RequestID); err != nil || got.First != 51 || got.Last != 100 {
+			t.Fatalf("Lookup of the instance's segment = %+v, %v; want [51, 100] kept", got, err)
+		}
+	})
+
 	t.Run("a range given back in full keeps nothing: the tail before it goes back too", func(t *testing.T) {
 		// A client closing gives back its next range, unused, then the
 		// tail of its current one, which touches it (segment.Set.Close).
