@@ -23,10 +23,13 @@ import (
 // the tail, max_id may end at $4 again, but the log shows that request.
 //
 // The guard runs under the tag's row lock, so it must not read the whole
-// log: last_id >= $3 is implied (a row keeps nothing above its last_id)
-// and bounds it to the range of the index (biz_tag, last_id) from $3 up,
-// where the COALESCE alone hides last_id from the planner and makes it
-// scan every row of the tag.
+// log: "keeps an ID at or above GREATEST($3, first_id)" is written as two
+// bounds on what the row keeps, COALESCE(returned_from - 1, last_id), the
+// expression of the index idmint_segments_kept, so that it reads the
+// index range from $3 up and only rows that keep something there. A bound
+// on last_id alone would also read every row that ever ended above $3 and
+// was given back, and a caller who grants and gives back the same range
+// over and over adds one such row each time.
 const giveBackRangeSQL = `
 UPDATE idmint_tags SET max_id = $3 - 1, updated_at = now()
 WHERE biz_tag = $2 AND max_id = $4
@@ -36,8 +39,8 @@ WHERE biz_tag = $2 AND max_id = $4
                 AND principal = $5
                 AND holder_hash = $6)
   AND NOT EXISTS (SELECT 1 FROM idmint_segments
-                  WHERE biz_tag = $2 AND last_id >= $3
-                    AND COALESCE(returned_from - 1, last_id) >= GREATEST($3, first_id) AND request_id <> $1)`
+                  WHERE biz_tag = $2 AND COALESCE(returned_from - 1, last_id) >= $3
+                    AND COALESCE(returned_from - 1, last_id) >= first_id AND request_id <> $1)`
 
 // lockTagSQL takes the tag's row lock for a give-back, and has the rest
 // of the transaction planned for its parameters (force_custom_plan): a
@@ -95,8 +98,10 @@ func (p *Store) GiveBackRange(ctx context.Context, id uuid.UUID, h allocator.Hol
 // ($3), and in the same statement marks the log rows of the IDs given back
 // (returned_from), so that the log alone explains every ID: the rows whose
 // kept part reaches into [first, last] keep only what lies below first.
-// They end at or above first (last_id >= $2, implied): the range of the
-// index (biz_tag, last_id) from first up, not the tag's whole log.
+// They keep an ID at or above first: the range of the index
+// idmint_segments_kept from first up, not the tag's whole log, nor the
+// rows given back there before. back yields at most the one tag row, so
+// the marking runs only when the compare-and-set did.
 const giveBackSQL = `
 WITH back AS (
     UPDATE idmint_tags SET max_id = $2 - 1, updated_at = now()
@@ -105,8 +110,8 @@ WITH back AS (
 ), marked AS (
     UPDATE idmint_segments s SET returned_from = GREATEST(s.first_id, $2)
     FROM back
-    WHERE s.biz_tag = back.biz_tag AND s.last_id >= $2 AND s.first_id <= $3
-      AND COALESCE(s.returned_from - 1, s.last_id) >= $2
+    WHERE s.biz_tag = $1 AND COALESCE(s.returned_from - 1, s.last_id) >= $2
+      AND s.first_id <= $3
     RETURNING s.request_id
 )
 SELECT count(*) FROM back`

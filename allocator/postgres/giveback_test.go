@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -92,6 +93,11 @@ func TestPostgres_SegmentLogPlans(t *testing.T) {
 			for kind, plan := range plans {
 				if strings.Contains(plan, "Seq Scan on idmint_segments") {
 					t.Fatalf("%s: its %s plan reads the whole segment log:\n%s", name, kind, plan)
+				}
+				// A give-back's guard reads what rows keep, not every row
+				// that ended above the tail (TestPostgres_GiveBackReadsOnlyKeptRows).
+				if strings.HasPrefix(name, "give back") && !strings.Contains(plan, "idmint_segments_kept") {
+					t.Fatalf("%s: its %s plan does not read the index of what rows keep:\n%s", name, kind, plan)
 				}
 				t.Logf("%s, %s plan:\n%s", name, kind, plan)
 			}
@@ -290,4 +296,101 @@ func BenchmarkPostgres_GiveBack(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestPostgres_GiveBackReadsOnlyKeptRows: a caller who grants a range and
+// gives it back in full, over and over, leaves a log row at the same spot
+// each time; a give-back there must not read them. Both give-backs are run
+// under EXPLAIN ANALYZE (in a transaction rolled back) on a log with
+// thousands of such rows, and the rows they read of the log are counted:
+// a handful, not one per row given back before.
+func TestPostgres_GiveBackReadsOnlyKeptRows(t *testing.T) {
+	store, _ := openPostgres(t)
+	ctx := t.Context()
+	const tag, given = "order", 5000
+	createTag(t, store, allocator.TagSpec{Name: tag, Step: 10})
+	// [11, 20] granted and given back in full `given` times: max_id went
+	// back to 10 each time, and each row keeps nothing.
+	if _, err := store.Pool().Exec(ctx, `UPDATE idmint_tags SET max_id = 10 WHERE biz_tag = $1`, tag); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Pool().Exec(ctx, `
+INSERT INTO idmint_segments (request_id, biz_tag, first_id, last_id, returned_from, instance, principal, holder_hash)
+SELECT gen_random_uuid(), $1, 11, 20, 11, '', 'anonymous', sha256(i::text::bytea)
+FROM generate_series(1, $2::int) AS i`, tag, given); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Pool().Exec(ctx, `ANALYZE idmint_segments`); err != nil {
+		t.Fatal(err)
+	}
+
+	req := storetest.NewRequest(tag, 10)
+	req.Holder = allocator.NewHolder("anonymous", "key")
+	seg, err := store.Allocate(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seg.First != 11 || seg.Last != 20 {
+		t.Fatalf("granted [%d, %d], want [11, 20]", seg.First, seg.Last)
+	}
+	principal, hash := req.Holder.Principal, req.Holder.KeyHash[:]
+	for _, c := range []struct {
+		name string
+		sql  string
+		args []any
+	}{
+		{"a caller's", postgres.SegmentLogStatements["give back a caller's tail"], []any{req.ID, tag, seg.First + 5, seg.Last, principal, hash}},
+		{"an instance's", postgres.SegmentLogStatements["give back an instance's tail"], []any{tag, seg.First + 5, seg.Last}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			read, plan := rowsRead(t, store, c.sql, c.args)
+			if read > 10 {
+				t.Fatalf("the give-back read %.0f rows of the segment log, with %d rows given back in full below its tail:\n%s", read, given, plan)
+			}
+			t.Logf("the give-back read %.0f rows of the segment log (%d given back in full there)", read, given)
+		})
+	}
+}
+
+// rowsRead runs sql under EXPLAIN ANALYZE in a transaction it rolls back,
+// and returns how many rows of idmint_segments its plan nodes read: those
+// they returned and those their filters removed, over all their loops.
+func rowsRead(t *testing.T, store *postgres.Store, sql string, args []any) (float64, string) {
+	t.Helper()
+	ctx := t.Context()
+	tx, err := store.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var out []byte
+	if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+sql, args...).Scan(&out); err != nil {
+		t.Fatal(err)
+	}
+	var plans []struct{ Plan planNode }
+	if err := json.Unmarshal(out, &plans); err != nil || len(plans) != 1 {
+		t.Fatalf("EXPLAIN output %s: %v", out, err)
+	}
+	var read float64
+	var walk func(n planNode)
+	walk = func(n planNode) {
+		if n.Relation == "idmint_segments" {
+			read += (n.Rows + n.RemovedByFilter + n.RemovedByRecheck) * n.Loops
+		}
+		for _, c := range n.Plans {
+			walk(c)
+		}
+	}
+	walk(plans[0].Plan)
+	return read, string(out)
+}
+
+// planNode is one node of EXPLAIN (ANALYZE, FORMAT JSON).
+type planNode struct {
+	Relation         string     `json:"Relation Name"`
+	Rows             float64    `json:"Actual Rows"`
+	Loops            float64    `json:"Actual Loops"`
+	RemovedByFilter  float64    `json:"Rows Removed by Filter"`
+	RemovedByRecheck float64    `json:"Rows Removed by Index Recheck"`
+	Plans            []planNode `json:"Plans"`
 }

@@ -14,10 +14,10 @@ import (
 // giveBackRangeSQL is the compare-and-set of GiveBackRange, with the
 // postgres store's guard (see its giveBackRangeSQL): ?1 the request, ?2
 // the tag, [?3, ?4] the tail, ?5 and ?6 its holder. It runs under SQLite's
-// one write lock, so the guard reads only the range of the index
-// (biz_tag, last_id) from ?3 up: last_id >= ?3 is implied (a row keeps
-// nothing above its last_id), and the COALESCE alone would scan every row
-// of the tag.
+// one write lock, so the guard is written, as there, as two bounds on what
+// a row keeps, COALESCE(returned_from - 1, last_id), the expression of the
+// index idmint_segments_kept: it reads the index range from ?3 up, only
+// rows that keep something there.
 const giveBackRangeSQL = `
 UPDATE idmint_tags SET max_id = ?3 - 1, updated_at = ` + nowSQL + `
 WHERE biz_tag = ?2 AND max_id = ?4
@@ -27,8 +27,8 @@ WHERE biz_tag = ?2 AND max_id = ?4
                 AND principal = ?5
                 AND holder_hash = ?6)
   AND NOT EXISTS (SELECT 1 FROM idmint_segments
-                  WHERE biz_tag = ?2 AND last_id >= ?3
-                    AND COALESCE(returned_from - 1, last_id) >= MAX(?3, first_id) AND request_id <> ?1)`
+                  WHERE biz_tag = ?2 AND COALESCE(returned_from - 1, last_id) >= ?3
+                    AND COALESCE(returned_from - 1, last_id) >= first_id AND request_id <> ?1)`
 
 // returnedFromSQL records a caller's give-back in its request's log row.
 const returnedFromSQL = `UPDATE idmint_segments SET returned_from = ? WHERE request_id = ?`
@@ -64,10 +64,10 @@ const giveBackSQL = `UPDATE idmint_tags SET max_id = ?2 - 1, updated_at = ` + no
 
 // markReturnedSQL marks, after giveBackSQL and as the postgres store does,
 // the log rows whose kept part reaches into [?2, ?3] (tag ?1): they keep
-// only what lies below ?2. They end at or above ?2 (last_id >= ?2,
-// implied): the index range, not the tag's whole log.
+// only what lies below ?2. They keep an ID at or above ?2: the range of
+// the index idmint_segments_kept, not the tag's whole log.
 const markReturnedSQL = `UPDATE idmint_segments SET returned_from = MAX(first_id, ?2)
-WHERE biz_tag = ?1 AND last_id >= ?2 AND first_id <= ?3 AND COALESCE(returned_from - 1, last_id) >= ?2`
+WHERE biz_tag = ?1 AND COALESCE(returned_from - 1, last_id) >= ?2 AND first_id <= ?3`
 
 // GiveBack implements allocator.Granter with one compare-and-set statement, and
 // records the give-back in the segment log in the same transaction.
