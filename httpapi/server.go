@@ -155,6 +155,7 @@ func NewServer(cfg Config) *Server {
 	r.Method(http.MethodGet, "/id", s.IDAccess(http.HandlerFunc(s.handleID)))
 	r.Method(http.MethodGet, "/ids", s.IDAccess(http.HandlerFunc(s.handleIDs)))
 	r.Method(http.MethodGet, "/id/health", s.monitoring(http.HandlerFunc(s.handleHealth)))
+	r.Get("/id/live", handleLive)
 	r.Method(http.MethodGet, "/id/dashboard", s.monitoringAuth(http.HandlerFunc(handleDashboard), true))
 	s.mountLogin(r)
 	r.Method(http.MethodGet, "/metrics", s.monitoring(cfg.Metrics.handler()))
