@@ -77,6 +77,29 @@ does, since under mTLS the kubelet cannot even connect.
 {{- if or .Values.auth.protectMonitoring (include "idmint.execAll" .) }}true{{ end }}
 {{- end }}
 
+{{/*
+liveHandler asks /id/live, for the startup and liveness probes: over
+HTTP(S) by the kubelet, or by `idmint healthcheck` in the container under
+mTLS. Its argument: root (the chart's context) and timeout (the probe's,
+in seconds; healthcheck gives up a second before it).
+*/}}
+{{- define "idmint.liveHandler" -}}
+{{- $root := .root }}
+{{- if include "idmint.execAll" $root }}
+exec:
+  command:
+    - /idmint
+    - healthcheck
+    - --healthcheck-url=https://127.0.0.1:{{ $root.Values.port }}/id/live
+    - --healthcheck-timeout={{ max 1 (sub (int .timeout) 1) }}s
+{{- else }}
+httpGet:
+  path: /id/live
+  port: http
+  scheme: {{ include "idmint.scheme" $root }}
+{{- end }}
+{{- end }}
+
 {{- define "idmint.scheme" -}}
 {{- if .Values.tls.enabled }}HTTPS{{ else }}HTTP{{ end }}
 {{- end }}
