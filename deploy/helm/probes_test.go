@@ -122,7 +122,9 @@ type sandbox struct {
 	env      []string
 	cmd      *exec.Cmd
 	stderr   bytes.Buffer
-	done     chan error
+	// exited is closed when the process has exited, with waitErr set.
+	exited  chan struct{}
+	waitErr error
 }
 
 func newSandbox(t *testing.T, bin string, port int, pod corev1.PodSpec, c *corev1.Container) *sandbox {
@@ -202,12 +204,17 @@ func (s *sandbox) start(t *testing.T, args []string) {
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	s.done = make(chan error, 1)
-	go func() { s.done <- s.cmd.Wait() }()
+	s.exited = make(chan struct{})
+	go func() {
+		s.waitErr = s.cmd.Wait()
+		close(s.exited)
+	}()
 	t.Cleanup(func() {
-		if s.cmd.ProcessState == nil {
+		select {
+		case <-s.exited:
+		default:
 			s.cmd.Process.Kill()
-			<-s.done
+			<-s.exited
 		}
 		if t.Failed() {
 			t.Logf("idmint serve's log:\n%s", s.stderr.String())
@@ -262,9 +269,8 @@ func (s *sandbox) waitFor(t *testing.T, what string, check func() error) {
 			return
 		}
 		select {
-		case exitErr := <-s.done:
-			s.done <- exitErr
-			t.Fatalf("%s: idmint exited (%v)", what, exitErr)
+		case <-s.exited:
+			t.Fatalf("%s: idmint exited (%v)", what, s.waitErr)
 		case <-ctx.Done():
 			t.Fatalf("%s: %v", what, err)
 		case <-tick.C:
@@ -280,9 +286,9 @@ func (s *sandbox) stop(t *testing.T, grace time.Duration) {
 		t.Fatal(err)
 	}
 	select {
-	case err := <-s.done:
-		if err != nil {
-			t.Errorf("idmint serve after SIGTERM: %v", err)
+	case <-s.exited:
+		if s.waitErr != nil {
+			t.Errorf("idmint serve after SIGTERM: %v", s.waitErr)
 		}
 		if !strings.Contains(s.stderr.String(), "idmint stopped") {
 			t.Errorf("no clean stop in the log")
