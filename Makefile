@@ -8,12 +8,13 @@ GO    ?= go
 IMAGE ?= idmint:dev
 BIN   ?= bin/idmint
 
-.PHONY: run test bench bench-http lint generate proto-baseline build image drill drill-ha drill-far drill-failover drill-runway fuzz mutate
+.PHONY: run test test-helm bench bench-http lint generate proto-baseline build image drill drill-ha drill-far drill-failover drill-runway fuzz mutate
 
 run:
 	$(GO) run ./cmd/idmint serve
 
-# test ends with the scenario report of internal/pgtest: every test that ran
+# test runs the module's tests, then the Helm chart's (test-helm, a module
+# of its own). The first ends with the scenario report of internal/pgtest: every test that ran
 # on PostgreSQL, in which mode (external, testcontainers, local), and every
 # scenario that did not run, with the reason. A scenario this machine cannot
 # run fails the test unless IDMINT_TEST_ALLOW_SKIP names it; an optional one
@@ -36,6 +37,7 @@ test:
 	echo; echo "scenarios on PostgreSQL (mode, package, test, outcome):"; \
 	sort -u "$$report" | awk -F'\t' "$$REPORT_AWK" | sort -b -k2,2 -k3,3; \
 	rm -f "$$report"; exit $$rc
+	$(MAKE) --no-print-directory test-helm
 
 # fuzz runs each fuzz target for FUZZTIME (CI runs it after the tests):
 # request parsing, token parsing, the token check of the HTTP API, the range
@@ -190,3 +192,11 @@ drill-runway:
 # Not run by CI: run it after changing the core or its tests.
 mutate:
 	scripts/mutate.sh $(MUTATIONS)
+
+# test-helm renders the Helm chart (deploy/helm/idmint) with Helm's Go
+# library, lints it and decodes every object strictly into the Kubernetes
+# API types, offline. deploy/helm is a module of its own (Helm and the
+# Kubernetes types stay out of the server's go.mod), so `go test ./...` at
+# the root does not reach it.
+test-helm:
+	cd deploy/helm && $(GO) vet ./... && $(GO) test -count=1 ./...

@@ -3,6 +3,7 @@
 //	GET /id?biz_tag=order              {"biz_tag":"order","id":"1001"}
 //	GET /ids?biz_tag=order&count=3     {"biz_tag":"order","ids":["1002","1003","1004"]}
 //	GET /id/health[?biz_tag=order]     status for dashboards and load balancers
+//	GET /id/live                       200 while the process answers (liveness; no database, no token)
 //	GET /id/dashboard                  a live web page over /id/health
 //	GET /metrics                       Prometheus metrics (see Metrics)
 //	POST /v1/segments                  a whole range for a caller-chosen request_id (see wire.SegmentRequest)

@@ -162,6 +162,7 @@ func NewServer(cfg Config) *Server {
 	r.Method(http.MethodGet, "/id", s.IDAccess(http.HandlerFunc(s.handleID)))
 	r.Method(http.MethodGet, "/ids", s.IDAccess(http.HandlerFunc(s.handleIDs)))
 	r.Method(http.MethodGet, "/id/health", s.monitoringAuth(http.HandlerFunc(s.handleHealth), cookieToo))
+	r.Get("/id/live", handleLive)
 	r.Method(http.MethodGet, "/id/dashboard", s.monitoringAuth(http.HandlerFunc(handleDashboard), cookiePage))
 	s.mountLogin(r)
 	r.Method(http.MethodGet, "/metrics", s.monitoring(cfg.Metrics.handler()))

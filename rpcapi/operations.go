@@ -46,6 +46,7 @@ var operations = []operation{
 // the standard health service; the others are for browsers and scrapers.
 var notOperations = map[string]string{
 	"GET /id/health":    "grpc.health.v1.Health/Check",
+	"GET /id/live":      "liveness for HTTP probes: it asks nothing of the core",
 	"GET /id/dashboard": "a web page",
 	"GET /metrics":      "Prometheus",
 	"GET /openapi.yaml": "the OpenAPI document; reflection describes the RPCs",

@@ -77,11 +77,15 @@ for i in "${!names[@]}"; do
 	fi
 done
 
-# run_tests SPEC LOG: runs one test spec in the work tree.
+# run_tests SPEC LOG: runs one test spec in the work tree. A spec that
+# starts with -C DIR runs in the module at DIR (deploy/helm is a module of
+# its own), as go's -C would.
 run_tests() {
 	local -a args
 	read -r -a args <<<"$1"
-	(cd "$work" && $GO test "${goflags[@]}" -count=1 -timeout "$timeout" "${args[@]}") >>"$2" 2>&1
+	local dir=.
+	if [[ ${args[0]:-} == -C ]]; then dir=${args[1]} args=("${args[@]:2}"); fi
+	(cd "$work/$dir" && $GO test "${goflags[@]}" -count=1 -timeout "$timeout" "${args[@]}") >>"$2" 2>&1
 }
 
 # Baseline: every test spec passes on the unmutated tree, or a failure
@@ -122,9 +126,10 @@ for i in "${chosen[@]}"; do
 	if [[ -z $status && $check_only == 1 ]]; then
 		status="applies (not run)"
 	elif [[ -z $status ]]; then
-		pkgs=()
+		pkgs=() dir=.
+		[[ ${args[0]:-} == -C ]] && dir=${args[1]}
 		for a in "${args[@]}"; do [[ $a == ./* ]] && pkgs+=("$a"); done
-		if ! (cd "$work" && $GO vet "${pkgs[@]}") >"$log" 2>&1; then
+		if ! (cd "$work/$dir" && $GO vet "${pkgs[@]}") >"$log" 2>&1; then
 			status="DOES NOT COMPILE"
 		elif run_tests "${tests[i]}" "$log"; then
 			status="SURVIVED"
