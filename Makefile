@@ -8,10 +8,15 @@ GO    ?= go
 IMAGE ?= idmint:dev
 BIN   ?= bin/idmint
 
-.PHONY: run test test-helm bench bench-http lint generate proto-baseline build image drill drill-ha drill-far drill-failover drill-runway fuzz mutate
+.PHONY: run dev-certs test test-helm bench bench-http lint generate proto-baseline build image drill drill-ha drill-far drill-failover drill-runway fuzz mutate
 
 run:
 	$(GO) run ./cmd/idmint serve
+
+# dev-certs writes a CA, a server and a client certificate into dev-certs/
+# (ignored by git) to try TLS and mTLS here, and prints the flags to use.
+dev-certs:
+	$(GO) run ./cmd/idmint dev-certs --dir dev-certs
 
 # test runs the module's tests, then the Helm chart's (test-helm, a module
 # of its own). The first ends with the scenario report of internal/pgtest: every test that ran

@@ -110,6 +110,7 @@ the tag's max_step.`,
 	{name: "healthcheck", synopsis: "exit 0 if /id/health answers 200 (a container health check)",
 		detail: "It finds the instance where serve listens: --listen (IDMINT_LISTEN), as serve reads it, unless --healthcheck-url names the endpoint.",
 		flags:  healthcheckFlags},
+	{name: "dev-certs", synopsis: "write a CA, a server and a client certificate to try TLS and mTLS on this machine", detail: devCertsDetail, flags: devCertsFlags},
 	{name: "version", synopsis: "print the version, VCS revision and Go version", flags: versionFlags},
 }
 
