@@ -46,7 +46,7 @@ func devCertsFlags(fs *flag.FlagSet) runFunc {
 		fmt.Fprintf(out.stdout, `wrote %s: %s
 
 serve over TLS, asking every client for a certificate of this CA:
-  idmint serve --listen 127.0.0.1:8443 --tls-cert %s --tls-key %s --tls-client-ca %s
+  idmint serve --listen 127.0.0.1:8443 --tag demo --tls-cert %s --tls-key %s --tls-client-ca %s
 
 then ask it, with the client certificate:
   curl --cacert %s --cert %s --key %s 'https://localhost:8443/id?biz_tag=demo'

@@ -60,7 +60,7 @@ func TestDevCerts(t *testing.T) {
 	done := make(chan error, 1)
 	logs := &testlog.Buffer{}
 	go func() {
-		done <- run(ctx, append(serveArgs, "--log-format", "json", "--tag", "demo"), io.Discard, logs)
+		done <- run(ctx, append(serveArgs, "--log-format", "json"), io.Discard, logs)
 	}()
 	t.Cleanup(func() {
 		cancel()
