@@ -270,6 +270,7 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) 
 	api := httpapi.NewServer(httpapi.Config{
 		Allocator:      alloc,
 		Instance:       c.instance,
+		Tags:           c.tags,
 		MaxCount:       c.maxCount,
 		RequestTimeout: c.requestTimeout,
 		AccessLog:      c.accessLog,
