@@ -306,6 +306,34 @@ func TestDashboard_Browser(t *testing.T) {
 		t.Logf("screenshot: %s", shot)
 	})
 
+	t.Run("listed tag not loaded", func(t *testing.T) {
+		// A tag serve --tag names, never asked for: listed, said to be not
+		// loaded yet, not alarmed as not serving; the status stays ok.
+		store := memstore.New()
+		for _, name := range []string{"order", "user"} {
+			if _, err := store.CreateTag(t.Context(), allocator.TagSpec{Name: name, Step: 1000}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a := allocator.New(allocator.Config{Store: store, Logger: quiet()})
+		t.Cleanup(func() { a.Close(context.Background()) })
+		srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), Tags: []string{"order", "user"}})))
+		t.Cleanup(srv.Close)
+		(&pgInstance{srv: srv}).take(t, "order", 3)
+		dom := string(runChromium(t, bin, srv.URL+"/id/dashboard", 2000, "--dump-dom"))
+		rows := parseRows(t, dom)
+		order, user := rows["order"].html, rows["user"].html
+		if user == "" || !strings.Contains(user, `data-alarm="not-loaded"`) || !strings.Contains(user, "not loaded yet") || strings.Contains(user, `data-alarm="not-serving"`) {
+			t.Errorf("user, listed and never asked for: want it shown as not loaded yet, not as not serving:\n%s", user)
+		}
+		if order == "" || strings.Contains(order, `data-alarm="not-loaded"`) || strings.Contains(order, `data-alarm="not-serving"`) {
+			t.Errorf("order, loaded: want neither badge:\n%s", order)
+		}
+		if !strings.Contains(dom, `id="status" class="pill ok">ok<`) {
+			t.Errorf("status pill does not say ok")
+		}
+	})
+
 	t.Run("runway short", func(t *testing.T) {
 		// A tag whose max_step cannot hold its runway: the page warns,
 		// with the runway it has, and the tag that holds its runway says so.
