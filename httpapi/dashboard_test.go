@@ -3,9 +3,12 @@ package httpapi_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"html"
 	"image"
 	"image/png"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -303,6 +306,34 @@ func TestDashboard_Browser(t *testing.T) {
 		t.Logf("screenshot: %s", shot)
 	})
 
+	t.Run("listed tag not loaded", func(t *testing.T) {
+		// A tag serve --tag names, never asked for: listed, said to be not
+		// loaded yet, not alarmed as not serving; the status stays ok.
+		store := memstore.New()
+		for _, name := range []string{"order", "user"} {
+			if _, err := store.CreateTag(t.Context(), allocator.TagSpec{Name: name, Step: 1000}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a := allocator.New(allocator.Config{Store: store, Logger: quiet()})
+		t.Cleanup(func() { a.Close(context.Background()) })
+		srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), Tags: []string{"order", "user"}})))
+		t.Cleanup(srv.Close)
+		(&pgInstance{srv: srv}).take(t, "order", 3)
+		dom := string(runChromium(t, bin, srv.URL+"/id/dashboard", 2000, "--dump-dom"))
+		rows := parseRows(t, dom)
+		order, user := rows["order"].html, rows["user"].html
+		if user == "" || !strings.Contains(user, `data-alarm="not-loaded"`) || !strings.Contains(user, "not loaded yet") || strings.Contains(user, `data-alarm="not-serving"`) {
+			t.Errorf("user, listed and never asked for: want it shown as not loaded yet, not as not serving:\n%s", user)
+		}
+		if order == "" || strings.Contains(order, `data-alarm="not-loaded"`) || strings.Contains(order, `data-alarm="not-serving"`) {
+			t.Errorf("order, loaded: want neither badge:\n%s", order)
+		}
+		if !strings.Contains(dom, `id="status" class="pill ok">ok<`) {
+			t.Errorf("status pill does not say ok")
+		}
+	})
+
 	t.Run("runway short", func(t *testing.T) {
 		// A tag whose max_step cannot hold its runway: the page warns,
 		// with the runway it has, and the tag that holds its runway says so.
@@ -328,6 +359,28 @@ func TestDashboard_Browser(t *testing.T) {
 		shot := filepath.Join(artifactDir(t), "dashboard-runway.png")
 		runChromium(t, bin, rw.srv.URL+"/id/dashboard", 2000, "--screenshot="+shot, "--window-size=1440,600")
 		t.Logf("screenshot: %s", shot)
+	})
+
+	t.Run("labels whole", func(t *testing.T) {
+		// At a laptop's 1280 px and narrower, every bar's label and text
+		// is whole, and the page does not scroll sideways.
+		// The longest text: a segment of the largest default step, with
+		// IDs of 19 digits.
+		if _, err := p.store.CreateTag(t.Context(), allocator.TagSpec{Name: "invoice", Step: 1_000_000}); err != nil {
+			t.Fatal(err)
+		}
+		p.exec(t, `UPDATE idmint_tags SET max_id = 4611686018427387904 WHERE biz_tag = 'invoice'`)
+		p.take(t, "invoice", 3)
+		for _, width := range []int{1280, 1024} {
+			n, cut := cutLabels(t, bin, p.srv.Config.Handler, width, 800)
+			for _, c := range cut {
+				t.Errorf("at %d px, cut short: %s", width, c)
+			}
+			t.Logf("at %d px: %d bar labels and texts, %d cut", width, n, len(cut))
+			shot := filepath.Join(artifactDir(t), fmt.Sprintf("dashboard-%d.png", width))
+			runChromium(t, bin, url, 2000, "--screenshot="+shot, fmt.Sprintf("--window-size=%d,800", width))
+			t.Logf("screenshot: %s", shot)
+		}
 	})
 
 	t.Run("database down", func(t *testing.T) {
@@ -365,4 +418,53 @@ func countColor(img image.Image, r, g, b uint8) int {
 		}
 	}
 	return n
+}
+
+// probePage opens the dashboard in an iframe of the given size, on the
+// dashboard's own origin so that its script may read the frame, waits for
+// the frame to render /id/health, then writes into #out, as JSON, the bar
+// labels and texts cut short (scrollWidth > clientWidth) and whether the
+// page scrolls sideways.
+const probePage = `<!doctype html><html><head><meta charset="utf-8"><style>body{margin:0}iframe{border:0;display:block}</style></head>
+<body><iframe id="f" src="/id/dashboard" width="%d" height="%d"></iframe><pre id="out"></pre>
+<script>
+"use strict";
+const f = document.getElementById("f");
+function check() {
+  const d = f.contentDocument;
+  if (!d || !d.body || d.body.dataset.loaded !== "true") { setTimeout(check, 50); return; }
+  const labels = d.querySelectorAll(".bar-label, .bar-text");
+  const cut = [];
+  for (const e of labels)
+    if (e.scrollWidth > e.clientWidth) cut.push(e.textContent + " (" + e.scrollWidth + " px in " + e.clientWidth + ")");
+  const page = d.documentElement;
+  if (page.scrollWidth > page.clientWidth) cut.push("the page (" + page.scrollWidth + " px in " + page.clientWidth + ")");
+  document.getElementById("out").textContent = JSON.stringify({labels: labels.length, cut: cut});
+}
+check();
+</script></body></html>`
+
+// cutLabels opens dashboard (an idmint handler) at width×height in
+// Chromium and returns how many bar labels and texts the page has, and
+// those cut short.
+func cutLabels(tb testing.TB, bin string, dashboard http.Handler, width, height int) (int, []string) {
+	tb.Helper()
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /probe", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprintf(w, probePage, width, height)
+	})
+	mux.Handle("/", dashboard)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	dom := string(runChromium(tb, bin, srv.URL+"/probe", 3000, "--dump-dom", fmt.Sprintf("--window-size=%d,%d", width+40, height+200)))
+	m := regexp.MustCompile(`(?s)<pre id="out">(.*?)</pre>`).FindStringSubmatch(dom)
+	var out struct {
+		Labels int
+		Cut    []string
+	}
+	if m == nil || json.Unmarshal([]byte(html.UnescapeString(m[1])), &out) != nil || out.Labels == 0 {
+		tb.Fatalf("the probe page did not measure the dashboard:\n%s", dom)
+	}
+	return out.Labels, out.Cut
 }

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/idmint/idmint/internal/redact"
@@ -148,7 +150,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		}
 		stats = []segment.Stats{st}
 	} else {
-		stats = s.cfg.Allocator.Stats()
+		stats = withTags(s.cfg.Allocator.Stats(), s.cfg.Tags)
 	}
 	h := s.health(r.Context(), stats, asked)
 	status := http.StatusOK
@@ -261,6 +263,22 @@ func (s *Server) health(ctx context.Context, stats []segment.Stats, asked bool) 
 		h.Status = StatusOK
 	}
 	return h
+}
+
+// withTags is stats, sorted by tag, with an entry (only Tag set: not loaded
+// here yet) for each of tags it lacks.
+func withTags(stats []segment.Stats, tags []string) []segment.Stats {
+	added := false
+	for _, tag := range tags {
+		if !slices.ContainsFunc(stats, func(st segment.Stats) bool { return st.Tag == tag }) {
+			stats = append(stats, segment.Stats{Tag: tag})
+			added = true
+		}
+	}
+	if added {
+		slices.SortFunc(stats, func(a, b segment.Stats) int { return strings.Compare(a.Tag, b.Tag) })
+	}
+	return stats
 }
 
 func tagHealth(st segment.Stats) TagHealth {

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/pgtest"
@@ -302,5 +303,69 @@ func TestHealth_UnknownTag(t *testing.T) {
 	}
 	if _, h := p.health(t, ""); len(h.Tags) != 0 {
 		t.Fatalf("unknown tag listed: %+v", h.Tags)
+	}
+}
+
+// TestHealth_ListedTags: the tags an instance is told of (idmint serve
+// --tag) are in /id/health, over real HTTP, from the start: before any
+// request for them, with their state (not serving, nothing loaded), and
+// after one of them loads; a tag it was not told of shows only once asked
+// for.
+func TestHealth_ListedTags(t *testing.T) {
+	m := memstore.New()
+	for _, name := range []string{"order", "user", "other"} {
+		if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: name, Step: 10}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := newTokenInstanceWith(t, m, httpapi.AuthConfig{}, httpapi.Limits{}, func(c *httpapi.Config) {
+		c.Tags = []string{"user", "order", "user"}
+	})
+	health := func(t *testing.T) httpapi.Health {
+		t.Helper()
+		status, _, body := get(t, p.srv, "/id/health")
+		var h httpapi.Health
+		if err := json.Unmarshal(body, &h); err != nil || status != 200 {
+			t.Fatalf("/id/health: %d %s (%v)", status, body, err)
+		}
+		return h
+	}
+	names := func(h httpapi.Health) []string {
+		var out []string
+		for _, th := range h.Tags {
+			out = append(out, th.Tag)
+		}
+		return out
+	}
+
+	h := health(t)
+	if got := names(h); !slices.Equal(got, []string{"order", "user"}) {
+		t.Fatalf("before any request: tags %v, want [order user]", got)
+	}
+	for _, th := range h.Tags {
+		if th.Serving || th.Current != nil || th.SegmentLoads != 0 {
+			t.Errorf("%s before any request: %+v, want not serving, nothing loaded", th.Tag, th)
+		}
+	}
+	if h.Status != httpapi.StatusOK {
+		t.Errorf("before any request: status %s %v, want ok", h.Status, h.Reasons)
+	}
+
+	if status, _, body := get(t, p.srv, "/id?biz_tag=order"); status != 200 {
+		t.Fatalf("/id?biz_tag=order: %d %s", status, body)
+	}
+	h = health(t)
+	if got := names(h); !slices.Equal(got, []string{"order", "user"}) {
+		t.Fatalf("after order loaded: tags %v, want [order user]", got)
+	}
+	if !h.Tags[0].Serving || h.Tags[0].SegmentLoads < 1 || h.Tags[1].Serving {
+		t.Errorf("after order loaded: %+v, want order serving, loaded, user not serving", h.Tags)
+	}
+
+	if status, _, body := get(t, p.srv, "/id?biz_tag=other"); status != 200 {
+		t.Fatalf("/id?biz_tag=other: %d %s", status, body)
+	}
+	if got := names(health(t)); !slices.Equal(got, []string{"order", "other", "user"}) {
+		t.Errorf("after other loaded: tags %v, want [order other user]", got)
 	}
 }

@@ -6,19 +6,27 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/legacy"
 
+	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/allocator/memstore"
+	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/httpapi"
+	"github.com/idmint/idmint/lease"
 )
 
 // Every reply the HTTP tests of this package receive over a client goes
@@ -193,4 +201,167 @@ func TestOpenAPI_Validator(t *testing.T) {
 			t.Errorf("a good reply to %s %s refused: %v", g.method, g.path, err)
 		}
 	}
+}
+
+// TestOpenAPI_HealthFields: every field of /id/health is in the document's
+// Health schema, whose properties the validator does not close (fields are
+// only ever added), so a field left out of it would pass unnoticed. It
+// walks a real reply, with a replication section, Snowflake mode and a
+// loaded tag, key by key against the schema's properties ($ref and allOf
+// resolved); then the Go types of the document, for the fields a reply
+// leaves out when empty.
+func TestOpenAPI_HealthFields(t *testing.T) {
+	if _, err := spec(); err != nil {
+		t.Fatal(err)
+	}
+	schema := specDoc.Components.Schemas["Health"].Value
+
+	t.Run("reply", func(t *testing.T) {
+		m := memstore.New()
+		if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: 10}); err != nil {
+			t.Fatal(err)
+		}
+		a := allocator.New(allocator.Config{Store: m, Logger: quiet()})
+		t.Cleanup(func() { a.Close(context.Background()) })
+		seen := time.Now().Add(-time.Hour).UTC()
+		streaming := postgres.Standby{Name: "db2", Kind: postgres.KindStreaming, State: "streaming", Slot: true, SyncState: "async", Position: "0/3000060"}
+		away := postgres.Standby{Name: "db3", Kind: postgres.KindRemembered, State: "disconnected", Position: "0/2000000", LastSeen: &seen}
+		repl := replicationSource{st: postgres.ReplicationStatus{
+			Timeline: 1, InitialTimeline: 1, Required: postgres.ReplicasAuto, Ack: postgres.AckFlush, Replicas: 1,
+			Standbys: []postgres.Standby{streaming, away},
+			Held:     []postgres.HeldStandby{{Standby: away, Since: time.Now().Add(-time.Minute)}},
+		}}
+		node := startNode(t, lease.NewMemory(nil), "a")
+		srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{
+			Allocator: a, Instance: "fields", Logger: quiet(), Replication: repl, Snowflake: node,
+		})))
+		t.Cleanup(srv.Close)
+		for range 3 {
+			if status, _, body := get(t, srv, "/id?biz_tag=order"); status != 200 {
+				t.Fatalf("/id: %d %s", status, body)
+			}
+		}
+		status, _, body := get(t, srv, "/id/health")
+		var reply map[string]any
+		if err := json.Unmarshal(body, &reply); err != nil {
+			t.Fatalf("/id/health: %d %s", status, body)
+		}
+		for _, section := range []string{"replication", "snowflake", "tags"} {
+			if reply[section] == nil {
+				t.Fatalf("/id/health has no %s section to check: %s", section, body)
+			}
+		}
+		for _, miss := range undocumentedKeys("", reply, schema) {
+			t.Errorf("/id/health carries %s, which the Health schema lacks", miss)
+		}
+	})
+
+	t.Run("types", func(t *testing.T) {
+		for _, miss := range undocumentedFields("", reflect.TypeFor[httpapi.Health](), schema) {
+			t.Errorf("httpapi.Health has %s, which the Health schema lacks", miss)
+		}
+	})
+}
+
+// properties is the properties of s and of the schemas it is allOf, oneOf
+// or anyOf ($refs are resolved by the loader).
+func properties(s *openapi3.Schema) map[string]*openapi3.Schema {
+	out := map[string]*openapi3.Schema{}
+	if s == nil {
+		return out
+	}
+	for name, p := range s.Properties {
+		out[name] = p.Value
+	}
+	for _, refs := range []openapi3.SchemaRefs{s.AllOf, s.OneOf, s.AnyOf} {
+		for _, r := range refs {
+			maps.Copy(out, properties(r.Value))
+		}
+	}
+	return out
+}
+
+// items is the item schema of the array schema s, through allOf.
+func items(s *openapi3.Schema) *openapi3.Schema {
+	if s == nil {
+		return nil
+	}
+	if s.Items != nil {
+		return s.Items.Value
+	}
+	for _, r := range s.AllOf {
+		if it := items(r.Value); it != nil {
+			return it
+		}
+	}
+	return nil
+}
+
+// undocumentedKeys lists the keys of the decoded JSON v, at any depth,
+// that schema s has no property for.
+func undocumentedKeys(path string, v any, s *openapi3.Schema) []string {
+	var out []string
+	switch v := v.(type) {
+	case map[string]any:
+		props := properties(s)
+		for _, k := range slices.Sorted(maps.Keys(v)) {
+			p, ok := props[k]
+			if !ok {
+				out = append(out, path+"/"+k)
+				continue
+			}
+			out = append(out, undocumentedKeys(path+"/"+k, v[k], p)...)
+		}
+	case []any:
+		it := items(s)
+		for i, x := range v {
+			if it == nil {
+				out = append(out, fmt.Sprintf("%s/%d (no items schema)", path, i))
+				break
+			}
+			out = append(out, undocumentedKeys(fmt.Sprintf("%s/%d", path, i), x, it)...)
+		}
+	}
+	return out
+}
+
+// undocumentedFields lists the JSON fields of the Go type t, at any depth,
+// that schema s has no property for: those a reply omits when empty too.
+func undocumentedFields(path string, t reflect.Type, s *openapi3.Schema) []string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	var out []string
+	switch {
+	case t == reflect.TypeFor[time.Time]():
+	case t.Kind() == reflect.Slice:
+		it := items(s)
+		if it == nil {
+			return []string{path + "[] (no items schema)"}
+		}
+		out = append(out, undocumentedFields(path+"[]", t.Elem(), it)...)
+	case t.Kind() == reflect.Struct:
+		props := properties(s)
+		for i := range t.NumField() {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			switch {
+			case !f.IsExported() || name == "-":
+			case f.Anonymous && name == "":
+				// Embedded: its fields are this object's.
+				out = append(out, undocumentedFields(path, f.Type, s)...)
+			default:
+				if name == "" {
+					name = f.Name
+				}
+				p, ok := props[name]
+				if !ok {
+					out = append(out, path+"/"+name)
+					continue
+				}
+				out = append(out, undocumentedFields(path+"/"+name, f.Type, p)...)
+			}
+		}
+	}
+	return out
 }

@@ -105,7 +105,8 @@ func (s *Server) replicationHealth(ctx context.Context) *ReplicationHealth {
 	defer cancel()
 	st, err := s.cfg.Replication.ReplicationStatus(ctx)
 	if err != nil {
-		return &ReplicationHealth{Error: "replication status unavailable", Warnings: []string{}}
+		return &ReplicationHealth{Error: "replication status unavailable", Warnings: []string{},
+			Standbys: []postgres.Standby{}, HeldStandbys: []postgres.HeldStandby{}}
 	}
 	h := &ReplicationHealth{
 		InRecovery:              st.InRecovery,

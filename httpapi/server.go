@@ -40,6 +40,10 @@ type Config struct {
 	Allocator Allocator
 	// Instance names this process in /id/health.
 	Instance string
+	// Tags are listed in /id/health from the start, with their state, even
+	// before this instance first loads them (idmint serve --tag): without
+	// them a new instance lists no tag until one is asked for.
+	Tags []string
 	// MaxCount bounds count in /ids (default 1000).
 	MaxCount int
 	// RequestTimeout bounds the time a request may wait, for a segment or

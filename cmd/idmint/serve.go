@@ -270,6 +270,7 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) 
 	api := httpapi.NewServer(httpapi.Config{
 		Allocator:      alloc,
 		Instance:       c.instance,
+		Tags:           c.tags,
 		MaxCount:       c.maxCount,
 		RequestTimeout: c.requestTimeout,
 		AccessLog:      c.accessLog,
@@ -416,7 +417,7 @@ func (l *logConfig) logger(w io.Writer) (*slog.Logger, error) {
 	if err := level.UnmarshalText([]byte(l.level)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", l.level)
 	}
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationText}
 	format := l.format
 	if format == "auto" {
 		format = "json"
