@@ -467,12 +467,17 @@ func TestClientProcessesKilled(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// A failure below must not leave the lock held: the pool's Close
+		// in cleanup would wait for it forever.
+		t.Cleanup(func() { lock.Rollback(context.Background()) })
 		if _, err := lock.Exec(ctx, `SELECT 1 FROM idmint_tags WHERE biz_tag = $1 FOR UPDATE`, tag); err != nil {
 			t.Fatal(err)
 		}
+		// pg_stat_activity keeps only the head of a statement (1 kB,
+		// track_activity_query_size): the grant is told by its first lines.
 		testutil.Eventually(t, 30*time.Second, "a grant statement waiting on the tag's lock", func() bool {
 			var n int
-			admin.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO idmint_segments%'`).Scan(&n)
+			admin.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%FROM idmint_tags t, durable WHERE t.biz_tag%'`).Scan(&n)
 			return n > 0
 		})
 		// The client sticks to the instance that answered last: first
