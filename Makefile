@@ -10,8 +10,11 @@ BIN   ?= bin/idmint
 
 .PHONY: run test test-helm bench bench-http lint generate proto-baseline build image drill drill-ha drill-far drill-failover drill-runway fuzz mutate
 
-run:
-	$(GO) run ./cmd/idmint serve
+# run builds the binary and execs it rather than `go run`: go run exits 1
+# after an interrupt whatever its child answered, so a clean Ctrl-C ended in
+# "make: *** [run] Error 1". Exec'd, idmint's own exit status is make's.
+run: build
+	exec $(BIN) serve
 
 # test runs the module's tests, then the Helm chart's (test-helm, a module
 # of its own). The first ends with the scenario report of internal/pgtest: every test that ran
