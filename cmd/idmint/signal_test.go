@@ -32,7 +32,7 @@ func TestServe_SignalExitsZero(t *testing.T) {
 		sig  syscall.Signal
 		// viaMake is set when the command is make, which dies by the signal.
 		viaMake bool
-		cmd  func(dataDir string) *exec.Cmd
+		cmd     func(dataDir string) *exec.Cmd
 	}{
 		{"serve SIGINT", syscall.SIGINT, false, func(string) *exec.Cmd { return exec.Command(bin, "serve") }},
 		{"serve SIGTERM", syscall.SIGTERM, false, func(string) *exec.Cmd { return exec.Command(bin, "serve") }},
