@@ -290,12 +290,27 @@ func (c *command) usage(w io.Writer) {
 	}
 	fmt.Fprint(w, "\nFlags (environment variable in brackets; its _FILE form reads the value from a file):\n")
 	fs.VisitAll(func(f *flag.Flag) {
-		def := ""
-		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
-			def = fmt.Sprintf(" (default %s)", f.DefValue)
+		usage, def := flagDefault(f)
+		if def != "" {
+			usage += " (default " + def + ")"
 		}
-		fmt.Fprintf(w, "  --%s [%s]\n      %s%s\n", f.Name, envName(f.Name), f.Usage, def)
+		fmt.Fprintf(w, "  --%s [%s]\n      %s\n", f.Name, envName(f.Name), usage)
 	})
+}
+
+// flagDefault splits a flag's usage from its default as a reader should
+// see it: the default the usage ends with in words, "(default ttl/6)", when
+// the flag's zero value stands for something computed; else its value
+// unless that is empty, false or zero.
+func flagDefault(f *flag.Flag) (usage, def string) {
+	if i := strings.LastIndex(f.Usage, " (default "); i >= 0 && strings.HasSuffix(f.Usage, ")") {
+		return f.Usage[:i], f.Usage[i+len(" (default ") : len(f.Usage)-1]
+	}
+	switch f.DefValue {
+	case "", "false", "0", "0s":
+		return f.Usage, ""
+	}
+	return f.Usage, f.DefValue
 }
 
 func hasFlags(fs *flag.FlagSet) bool {
