@@ -50,7 +50,7 @@ type group struct {
 var groups = []group{
 	{"tag", `Every tag command works on the database (--database-url, --data-dir), or on
 a running instance's admin API with --server URL --token T (IDMINT_SERVER,
-IDMINT_TOKEN; a token with the admin scope), over https:// with --ca, and
+IDMINT_ADMIN_TOKEN; a token with the admin scope), over https:// with --ca, and
 --cert and --key for a server that asks for client certificates. It says on
 stderr which one it used.`},
 	{"token", `Scopes: admin (the /v1 admin API), monitor (/metrics, /id/health and
@@ -120,7 +120,9 @@ const envNote = `Every flag has an environment variable: --database-url is IDMIN
 --listen is IDMINT_LISTEN, and so on (IDMINT_ + the flag in upper case, - as _);
 a flag on the command line wins. Each variable also has a _FILE form that
 reads the value from a file, less its trailing newline (setting both is an
-error).`
+error). --token is the exception: IDMINT_ADMIN_TOKEN for the tag and token
+commands, IDMINT_DRILL_TOKEN for drill, IDMINT_HEALTHCHECK_TOKEN for
+healthcheck (IDMINT_TOKEN, which all three read before, still works).`
 
 // lookupCommand returns the command named name, or nil.
 func lookupCommand(name string) *command {
@@ -294,7 +296,7 @@ func (c *command) usage(w io.Writer) {
 		if def != "" {
 			usage += " (default " + def + ")"
 		}
-		fmt.Fprintf(w, "  --%s [%s]\n      %s\n", f.Name, envName(f.Name), usage)
+		fmt.Fprintf(w, "  --%s [%s]\n      %s\n", f.Name, envDoc(f, ""), usage)
 	})
 }
 

@@ -46,7 +46,7 @@ func writeDocs(w io.Writer) {
 			default:
 				def = "–"
 			}
-			fmt.Fprintf(w, "| `--%s` | `%s` | %s | %s |\n", f.Name, envName(f.Name), cell(def), cell(usage))
+			fmt.Fprintf(w, "| `--%s` | %s | %s | %s |\n", f.Name, envDoc(f, "`"), cell(def), cell(usage))
 		})
 	}
 }

@@ -50,6 +50,7 @@ func drillFlags(fs *flag.FlagSet) runFunc {
 	timeout := fs.Duration("request-timeout", 10*time.Second, "bound on one request")
 	snowflakeIDs := fs.Bool("snowflake", false, "ask for Snowflake ids (/snowflake, or /snowflakes with --count) instead of a tag's")
 	token := fs.String("token", "", "bearer token with an ID scope, for instances serving with --auth token")
+	renameEnv(fs, "token", "IDMINT_DRILL_TOKEN", "IDMINT_TOKEN")
 	var tlsFlags tlsClientFlags
 	tlsFlags.register(fs)
 	return func(ctx context.Context, out output, _ []string) error {
