@@ -225,7 +225,9 @@ func pingUntil(ctx context.Context, store pinger, limit time.Duration, waiting f
 		case permanentConnectError(err):
 			return fmt.Errorf("the database refused the connection: %w", err)
 		case attempt == 0:
-			waiting(fmt.Sprintf("cannot reach the database yet (%v); retrying for up to %s", err, limit))
+			// One line, however many hosts and addresses pgconn tried.
+			reason := strings.Join(strings.Fields(err.Error()), " ")
+			waiting(fmt.Sprintf("cannot reach the database yet (%s); retrying for up to %s", reason, limit))
 		}
 		select {
 		case <-ctx.Done():

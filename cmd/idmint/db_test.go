@@ -83,14 +83,14 @@ func TestPingUntil(t *testing.T) {
 		}
 	})
 	t.Run("transient then up", func(t *testing.T) {
-		refused := errors.New("connect: connection refused")
+		refused := errors.New("failed to connect:\n\t127.0.0.1:1: connect: connection refused\n\t[::1]:1: connect: connection refused")
 		p := &fakePinger{errs: []error{refused, &pgconn.PgError{Code: "57P03"}, refused}}
 		var said []string
 		if err := pingUntil(context.Background(), p, time.Minute, func(m string) { said = append(said, m) }); err != nil {
 			t.Fatal(err)
 		}
-		if p.calls != 4 || len(said) != 1 || !strings.Contains(said[0], "retrying for up to 1m0s") {
-			t.Fatalf("%d attempts, said %q: want 4 attempts and one line saying how long it retries", p.calls, said)
+		if p.calls != 4 || len(said) != 1 || !strings.Contains(said[0], "retrying for up to 1m0s") || strings.Contains(said[0], "\n") {
+			t.Fatalf("%d attempts, said %q: want 4 attempts and one line (no newline) saying how long it retries", p.calls, said)
 		}
 	})
 }
