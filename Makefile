@@ -8,10 +8,20 @@ GO    ?= go
 IMAGE ?= idmint:dev
 BIN   ?= bin/idmint
 
-.PHONY: run dev-certs test test-helm bench bench-http lint generate proto-baseline build image drill drill-ha drill-far drill-failover drill-runway fuzz mutate
+.PHONY: run dev-certs tools test test-helm bench bench-http lint generate proto-baseline build image drill drill-ha drill-far drill-failover drill-runway fuzz mutate
 
-run:
-	$(GO) run ./cmd/idmint serve
+# run builds the binary and execs it rather than `go run`: go run exits 1
+# after an interrupt whatever its child answered, so a clean Ctrl-C ended in
+# "make: *** [run] Error 1". Exec'd, idmint's own exit status is make's.
+run: build
+	exec $(BIN) serve
+
+# tools builds once each tool pinned in go.mod's tool block (grpcurl, buf,
+# staticcheck, the protoc plugins): the first `go tool NAME` compiles it, in
+# silence, up to a minute; after `make tools` it starts at once.
+tools:
+	@for p in $$($(GO) list tool); do t=$${p##*/}; echo "building go tool $$t ($$p)"; \
+	out=$$($(GO) tool "$$t" --version 2>&1) || { echo "$$out"; exit 1; }; done
 
 # dev-certs writes a CA, a server and a client certificate into dev-certs/
 # (ignored by git) to try TLS and mTLS here, and prints the flags to use.

@@ -39,7 +39,7 @@ func newAdminClient(server, token string, hc *http.Client) (*adminClient, error)
 		return nil, fmt.Errorf("--server %q: want http(s)://host:port", truncateArg(server))
 	}
 	if token == "" {
-		return nil, fmt.Errorf("--server needs --token (IDMINT_TOKEN): a token with the admin scope")
+		return nil, fmt.Errorf("--server needs --token (IDMINT_ADMIN_TOKEN): a token with the admin scope")
 	}
 	return &adminClient{base: strings.TrimRight(server, "/"), token: token, client: hc}, nil
 }

@@ -50,7 +50,7 @@ type group struct {
 var groups = []group{
 	{"tag", `Every tag command works on the database (--database-url, --data-dir), or on
 a running instance's admin API with --server URL --token T (IDMINT_SERVER,
-IDMINT_TOKEN; a token with the admin scope), over https:// with --ca, and
+IDMINT_ADMIN_TOKEN; a token with the admin scope), over https:// with --ca, and
 --cert and --key for a server that asks for client certificates. It says on
 stderr which one it used.`},
 	{"token", `Scopes: admin (the /v1 admin API), monitor (/metrics, /id/health and
@@ -121,7 +121,9 @@ const envNote = `Every flag has an environment variable: --database-url is IDMIN
 --listen is IDMINT_LISTEN, and so on (IDMINT_ + the flag in upper case, - as _);
 a flag on the command line wins. Each variable also has a _FILE form that
 reads the value from a file, less its trailing newline (setting both is an
-error).`
+error). --token is the exception: IDMINT_ADMIN_TOKEN for the tag and token
+commands, IDMINT_DRILL_TOKEN for drill, IDMINT_HEALTHCHECK_TOKEN for
+healthcheck (IDMINT_TOKEN, which all three read before, still works).`
 
 // lookupCommand returns the command named name, or nil.
 func lookupCommand(name string) *command {
@@ -291,12 +293,27 @@ func (c *command) usage(w io.Writer) {
 	}
 	fmt.Fprint(w, "\nFlags (environment variable in brackets; its _FILE form reads the value from a file):\n")
 	fs.VisitAll(func(f *flag.Flag) {
-		def := ""
-		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
-			def = fmt.Sprintf(" (default %s)", f.DefValue)
+		usage, def := flagDefault(f)
+		if def != "" {
+			usage += " (default " + def + ")"
 		}
-		fmt.Fprintf(w, "  --%s [%s]\n      %s%s\n", f.Name, envName(f.Name), f.Usage, def)
+		fmt.Fprintf(w, "  --%s [%s]\n      %s\n", f.Name, envDoc(f, ""), usage)
 	})
+}
+
+// flagDefault splits a flag's usage from its default as a reader should
+// see it: the default the usage ends with in words, "(default ttl/6)", when
+// the flag's zero value stands for something computed; else its value
+// unless that is empty, false or zero.
+func flagDefault(f *flag.Flag) (usage, def string) {
+	if i := strings.LastIndex(f.Usage, " (default "); i >= 0 && strings.HasSuffix(f.Usage, ")") {
+		return f.Usage[:i], f.Usage[i+len(" (default ") : len(f.Usage)-1]
+	}
+	switch f.DefValue {
+	case "", "false", "0", "0s":
+		return f.Usage, ""
+	}
+	return f.Usage, f.DefValue
 }
 
 func hasFlags(fs *flag.FlagSet) bool {

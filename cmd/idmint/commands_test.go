@@ -42,6 +42,14 @@ func TestCLI_Table(t *testing.T) {
 					t.Errorf("idmint %s: err %v, stderr %q, stdout %q; want the usage on stdout", strings.Join(args, " "), err, stderr, stdout)
 				}
 			}
+			// One default per flag: a default said in words is not
+			// followed by the zero value that stands for it.
+			stdout, _, _ := runErr(append(name, "--help")...)
+			for line := range strings.SplitSeq(stdout, "\n") {
+				if strings.Count(line, "(default ") > 1 {
+					t.Errorf("idmint %s --help: two defaults in %q", c.name, strings.TrimSpace(line))
+				}
+			}
 		})
 	}
 	for _, g := range groups {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"database/sql"
 	"errors"
 	"flag"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idmint/idmint/allocator"
@@ -81,7 +83,9 @@ func storeFlags(fs *flag.FlagSet, do func(ctx context.Context, store *openedStor
 }
 
 func openForCommand(ctx context.Context, c storeConfig, stderr io.Writer) (*openedStore, error) {
-	store, err := openStore(ctx, c, false, slog.New(slog.DiscardHandler))
+	store, err := openStore(ctx, c, false, slog.New(slog.DiscardHandler), func(msg string) {
+		fmt.Fprintln(stderr, "idmint:", msg)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -124,14 +128,15 @@ func (c storeConfig) urlSource() string {
 
 // openStore opens the store c chooses and checks its schema, applying the
 // migrations first when migrate is set. A SQLite file is always migrated:
-// it belongs to idmint alone, and a new one must work at once.
-func openStore(ctx context.Context, c storeConfig, migrate bool, logger *slog.Logger) (*openedStore, error) {
+// it belongs to idmint alone, and a new one must work at once. While a
+// PostgreSQL server does not answer yet, waiting is told once.
+func openStore(ctx context.Context, c storeConfig, migrate bool, logger *slog.Logger, waiting func(string)) (*openedStore, error) {
 	dialect, path, err := parseDatabaseURL(c.url)
 	if err != nil {
 		return nil, err
 	}
 	if dialect == migrations.PostgreSQL {
-		o, err := openPostgres(ctx, c.url, migrate, logger)
+		o, err := openPostgres(ctx, c.url, migrate, logger, waiting)
 		if err != nil {
 			return nil, err
 		}
@@ -171,16 +176,16 @@ func openStore(ctx context.Context, c storeConfig, migrate bool, logger *slog.Lo
 
 // openPostgres connects, optionally migrates, and checks that the schema is
 // the one this binary knows.
-func openPostgres(ctx context.Context, url string, migrate bool, logger *slog.Logger) (*openedStore, error) {
+func openPostgres(ctx context.Context, url string, migrate bool, logger *slog.Logger, waiting func(string)) (*openedStore, error) {
 	store, err := postgres.Open(ctx, url)
 	if err != nil {
 		return nil, err
 	}
 	// A database that cannot be reached is said so, not taken for one
 	// that lacks its schema.
-	if err := pingUntil(ctx, store, 10*time.Second); err != nil {
+	if err := pingUntil(ctx, store, connectRetry, waiting); err != nil {
 		store.Close()
-		return nil, fmt.Errorf("cannot reach the database: %w", err)
+		return nil, err
 	}
 	db := stdlib.OpenDBFromPool(store.Pool())
 	defer db.Close()
@@ -192,27 +197,71 @@ func openPostgres(ctx context.Context, url string, migrate bool, logger *slog.Lo
 	return o, nil
 }
 
+// connectRetry is how long a start waits for a database that is not
+// answering yet.
+const connectRetry = 10 * time.Second
+
+// pinger is the store as pingUntil uses it.
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
 // pingUntil pings the store until it answers or limit passed. One ping is
 // one connection attempt per host, each bounded by the URL's connect
 // timeout (1 s per host of a multi-host URL): a server in the middle of a
 // failover, or one too loaded to finish authentication in time, would fail
-// a start that a second later succeeds.
-func pingUntil(ctx context.Context, store *postgres.Store, limit time.Duration) error {
+// a start that a second later succeeds. An answer that will not change
+// (permanentConnectError) fails at once; the first transient failure is
+// said once through waiting, with how long the wait lasts.
+func pingUntil(ctx context.Context, store pinger, limit time.Duration, waiting func(string)) error {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	pause := 100 * time.Millisecond
-	for {
+	for attempt := 0; ; attempt++ {
 		err := store.Ping(ctx)
-		if err == nil {
+		switch {
+		case err == nil:
 			return nil
+		case permanentConnectError(err):
+			return fmt.Errorf("the database refused the connection: %w", err)
+		case attempt == 0:
+			// One line, however many hosts and addresses pgconn tried.
+			reason := strings.Join(strings.Fields(err.Error()), " ")
+			waiting(fmt.Sprintf("cannot reach the database yet (%s); retrying for up to %s", reason, limit))
 		}
 		select {
 		case <-ctx.Done():
-			return err
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return fmt.Errorf("cannot reach the database after %s: %w", limit, err)
+			}
+			return fmt.Errorf("cannot reach the database: %w", err)
 		case <-time.After(pause):
 		}
 		pause = min(2*pause, time.Second)
 	}
+}
+
+// permanentConnectError reports whether a failed connection attempt got an
+// answer that a retry would only repeat: the server refused the database,
+// the role, the password or the privilege (SQLSTATE 3D000, 28000, 28P01,
+// 42501, any error it sends but those below), or the server's certificate
+// did not verify. Transient are the errors of a server that is starting,
+// stopping or full (class 08 connection exception, class 53 insufficient
+// resources such as 53300 too_many_connections, 57P01-57P03 shutting down or
+// starting up) and every error without an answer: connection refused, a
+// timeout, a name that does not resolve yet.
+func permanentConnectError(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case strings.HasPrefix(pgErr.Code, "08"), strings.HasPrefix(pgErr.Code, "53"),
+			pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03":
+			return false
+		}
+		return true
+	}
+	var certErr *tls.CertificateVerificationError
+	return errors.As(err, &certErr)
 }
 
 // checkSchema applies the migrations if migrate is set, then checks that the

@@ -37,11 +37,16 @@ func writeDocs(w io.Writer) {
 		}
 		fmt.Fprint(w, "\n| flag | environment | default | |\n|---|---|---|---|\n")
 		fs.VisitAll(func(f *flag.Flag) {
-			def := "–"
-			if f.DefValue != "" {
+			usage, def := flagDefault(f)
+			switch {
+			case usage != f.Usage:
+				// A default said in words, not a value to type.
+			case f.DefValue != "":
 				def = "`" + f.DefValue + "`"
+			default:
+				def = "–"
 			}
-			fmt.Fprintf(w, "| `--%s` | `%s` | %s | %s |\n", f.Name, envName(f.Name), def, cell(f.Usage))
+			fmt.Fprintf(w, "| `--%s` | %s | %s | %s |\n", f.Name, envDoc(f, "`"), cell(def), cell(usage))
 		})
 	}
 }

@@ -45,11 +45,13 @@ func drillFlags(fs *flag.FlagSet) runFunc {
 	fs.Var(&targets, "target", "base URL of an idmint instance, e.g. http://127.0.0.1:8080 (repeat, or comma-separate)")
 	fs.Var(&tags, "biz-tag", "tag to ask for (repeat, or comma-separate; default order)")
 	duration := fs.Duration("duration", 30*time.Second, "how long to run")
+	progress := fs.Duration("progress", 5*time.Second, "how often to say on stderr how far the drill got (0: never)")
 	concurrency := fs.Int("concurrency", 32, "clients asking at once; each talks to one target")
 	count := fs.Int("count", 1, "ids per request: 1 uses /id, more uses /ids")
 	timeout := fs.Duration("request-timeout", 10*time.Second, "bound on one request")
 	snowflakeIDs := fs.Bool("snowflake", false, "ask for Snowflake ids (/snowflake, or /snowflakes with --count) instead of a tag's")
 	token := fs.String("token", "", "bearer token with an ID scope, for instances serving with --auth token")
+	renameEnv(fs, "token", "IDMINT_DRILL_TOKEN", "IDMINT_TOKEN")
 	var tlsFlags tlsClientFlags
 	tlsFlags.register(fs)
 	return func(ctx context.Context, out output, _ []string) error {
@@ -92,7 +94,7 @@ func drillFlags(fs *flag.FlagSet) runFunc {
 			tag := tags[(w/len(targets))%len(tags)]
 			d.client(ctx, fmt.Sprintf("client-%d@%s", w, target), target, tag)
 		}
-		<-ctx.Done()
+		d.progress(ctx, out.stderr, *progress, *duration)
 		d.wait()
 		r := d.checker.Report()
 		fmt.Fprint(stdout, r)
@@ -102,6 +104,40 @@ func drillFlags(fs *flag.FlagSet) runFunc {
 		}
 		return nil
 	}
+}
+
+// progress says every interval on w how long the drill ran, and the IDs
+// and errors so far, until ctx ends: a drill of minutes is not silent.
+func (d *drillRun) progress(ctx context.Context, w io.Writer, every, duration time.Duration) {
+	if every <= 0 {
+		<-ctx.Done()
+		return
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			ids, errs := d.totals()
+			fmt.Fprintf(w, "drill: %v of %v: %d IDs, %d errors so far\n",
+				time.Since(d.begin).Round(time.Second), duration, ids, errs)
+		}
+	}
+}
+
+// totals returns the IDs acknowledged and the requests failed so far.
+func (d *drillRun) totals() (ids, errs int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, tl := range d.targets {
+		ids += int64(len(tl.ids))
+		for _, n := range tl.failed {
+			errs += n
+		}
+	}
+	return ids, errs
 }
 
 // drillRun drives clients against idmint instances and records every

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -134,5 +135,23 @@ func TestDrillRun_Outage(t *testing.T) {
 	d.printTargets(&b)
 	if !strings.Contains(b.String(), "× status 503 unavailable") {
 		t.Errorf("report does not count the 503s:\n%s", b.String())
+	}
+}
+
+// TestDrill_Progress: a running drill says on stderr, every --progress,
+// how long it ran and the IDs and errors so far; stdout keeps only the
+// report.
+func TestDrill_Progress(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `{"biz_tag":"order","id":"7"}`)
+	}))
+	defer srv.Close()
+	var out, errOut bytes.Buffer
+	run(context.Background(), []string{"drill", "--target", srv.URL, "--duration", "1s", "--progress", "50ms", "--concurrency", "1"}, &out, &errOut)
+	if !regexp.MustCompile(`(?m)^drill: \d+s of 1s: \d+ IDs, \d+ errors so far$`).MatchString(errOut.String()) {
+		t.Fatalf("no progress line on stderr:\n%s", errOut.String())
+	}
+	if strings.Contains(out.String(), "so far") {
+		t.Fatalf("progress on stdout:\n%s", out.String())
 	}
 }

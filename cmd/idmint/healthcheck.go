@@ -17,6 +17,7 @@ func healthcheckFlags(fs *flag.FlagSet) runFunc {
 	url := fs.String("healthcheck-url", "", "health endpoint to check (default: /id/health at --listen, on loopback)")
 	timeout := fs.Duration("healthcheck-timeout", 3*time.Second, "longest the check may take")
 	token := fs.String("token", "", "bearer token, when serve runs with --protect-monitoring")
+	renameEnv(fs, "token", "IDMINT_HEALTHCHECK_TOKEN", "IDMINT_TOKEN")
 	var tlsFlags tlsClientFlags
 	tlsFlags.register(fs)
 	tlsFlags.registerPin(fs)

@@ -359,3 +359,46 @@ func TestServe_ReplicasRequired(t *testing.T) {
 		t.Fatalf("/id/health: %+v", h)
 	}
 }
+
+// TestParseFlags_TokenVariables: --token is a different token to the admin
+// commands, the drill and the health check, each read from a variable of
+// its own; the IDMINT_TOKEN all three shared before still works, and the
+// command's own variable wins over it.
+func TestParseFlags_TokenVariables(t *testing.T) {
+	for _, tc := range []struct {
+		command []string
+		env     string
+	}{
+		{[]string{"tag", "list"}, "IDMINT_ADMIN_TOKEN"},
+		{[]string{"token", "list"}, "IDMINT_ADMIN_TOKEN"},
+		{[]string{"drill"}, "IDMINT_DRILL_TOKEN"},
+		{[]string{"healthcheck"}, "IDMINT_HEALTHCHECK_TOKEN"},
+	} {
+		t.Run(strings.Join(tc.command, " "), func(t *testing.T) {
+			c := lookupCommand(strings.Join(tc.command, " "))
+			help, _, err := runErr(append(tc.command, "--help")...)
+			if err != nil || !strings.Contains(help, "--token ["+tc.env+" (or IDMINT_TOKEN, deprecated)]") {
+				t.Fatalf("--help does not name %s for --token: %v\n%s", tc.env, err, help)
+			}
+			for _, env := range []map[string]string{
+				{tc.env: "own"},
+				{"IDMINT_TOKEN": "own"},
+				{tc.env: "own", "IDMINT_TOKEN": "old"},
+			} {
+				for k, v := range env {
+					t.Setenv(k, v)
+				}
+				fs, _ := c.flagSet()
+				if _, err := parseFlags(fs, nil); err != nil {
+					t.Fatal(err)
+				}
+				if got := fs.Lookup("token").Value.String(); got != "own" {
+					t.Errorf("with %v --token is %q, want %q", env, got, "own")
+				}
+				for k := range env {
+					os.Unsetenv(k)
+				}
+			}
+		})
+	}
+}

@@ -17,7 +17,7 @@ func migrateFlags(fs *flag.FlagSet) runFunc {
 		if err != nil {
 			return err
 		}
-		store, err := openStore(ctx, sc, true, logger)
+		store, err := openStore(ctx, sc, true, logger, func(msg string) { logger.Warn(msg) })
 		if err != nil {
 			return err
 		}

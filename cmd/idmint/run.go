@@ -58,20 +58,59 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 		if set[f.Name] || err != nil {
 			return
 		}
-		name := envName(f.Name)
-		if v, ok := os.LookupEnv(name); ok {
-			if _, both := os.LookupEnv(name + "_FILE"); both {
-				err = fmt.Errorf("%s and %s_FILE are both set: use one", name, name)
-			} else if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("%s=%q: %w", name, v, e)
+		// The first of the flag's variables that is set wins.
+		for _, name := range flagEnvs(f) {
+			if v, ok := os.LookupEnv(name); ok {
+				if _, both := os.LookupEnv(name + "_FILE"); both {
+					err = fmt.Errorf("%s and %s_FILE are both set: use one", name, name)
+				} else if e := fs.Set(f.Name, v); e != nil {
+					err = fmt.Errorf("%s=%q: %w", name, v, e)
+				}
+				return
 			}
-			return
-		}
-		if path, ok := os.LookupEnv(name + "_FILE"); ok {
-			err = setFromFile(fs, f.Name, name+"_FILE", path)
+			if path, ok := os.LookupEnv(name + "_FILE"); ok {
+				err = setFromFile(fs, f.Name, name+"_FILE", path)
+				return
+			}
 		}
 	})
 	return positional, err
+}
+
+// envVars is a flag's value read from environment variables of its own
+// rather than the one its name gives: --token is a different token to
+// different commands, and one IDMINT_TOKEN for all of them let a token
+// meant for one reach another. names[0] is the documented variable; the
+// others are older names still read, deprecated.
+type envVars struct {
+	flag.Value
+	names []string
+}
+
+// renameEnv makes the flag name of fs read the variables names instead of
+// IDMINT_ + its name.
+func renameEnv(fs *flag.FlagSet, name string, names ...string) {
+	f := fs.Lookup(name)
+	f.Value = &envVars{Value: f.Value, names: names}
+}
+
+// flagEnvs lists the variables that set f, the documented one first.
+func flagEnvs(f *flag.Flag) []string {
+	if v, ok := f.Value.(*envVars); ok {
+		return v.names
+	}
+	return []string{envName(f.Name)}
+}
+
+// envDoc names f's variable for --help and docs/cli.md, with the older
+// names it still reads.
+func envDoc(f *flag.Flag, quote string) string {
+	names := flagEnvs(f)
+	s := quote + names[0] + quote
+	if len(names) > 1 {
+		s += " (or " + quote + strings.Join(names[1:], quote+", "+quote) + quote + ", deprecated)"
+	}
+	return s
 }
 
 // setFromFile sets a flag to the contents of the file at path, less its

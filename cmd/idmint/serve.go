@@ -210,7 +210,7 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) 
 		}
 		return nil
 	})
-	store, err := openStore(ctx, c.store, c.migrate, logger)
+	store, err := openStore(ctx, c.store, c.migrate, logger, func(msg string) { logger.Warn(msg) })
 	if err != nil {
 		return err
 	}

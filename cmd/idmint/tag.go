@@ -26,6 +26,7 @@ func (a *adminTarget) register(fs *flag.FlagSet) {
 	a.store.register(fs)
 	fs.StringVar(&a.server, "server", "", "base URL of a running instance whose admin API to use instead of the database")
 	fs.StringVar(&a.token, "token", "", "bearer token with the admin scope, for --server")
+	renameEnv(fs, "token", "IDMINT_ADMIN_TOKEN", "IDMINT_TOKEN")
 	a.tls.register(fs)
 }
 

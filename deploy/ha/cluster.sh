@@ -65,7 +65,8 @@ spawn() {
 
 pid_of() { cat "$dir/$1.pid" 2>/dev/null || true; }
 
-# wait_for WHAT SECONDS CMD...: polls CMD every half second.
+# wait_for WHAT SECONDS CMD...: polls CMD every half second, saying every
+# 10 s that it still waits, so that a slow start is not taken for a hang.
 wait_for() {
 	local what=$1 limit=$2 i
 	shift 2
@@ -73,9 +74,78 @@ wait_for() {
 		if "$@" >/dev/null 2>&1; then
 			return 0
 		fi
+		if ((i > 0 && i % 20 == 0)); then
+			echo "still waiting for $what ($((i / 2))s of at most ${limit}s)"
+		fi
 		sleep 0.5
 	done
 	die "waited ${limit}s for $what; logs are in $dir"
+}
+
+# ports lists every port the cluster uses, as "PORT WHAT".
+ports() {
+	local i
+	echo "$etcd_client etcd (clients)"
+	echo "$etcd_peer etcd (peers)"
+	for i in "${!nodes[@]}"; do
+		echo "$(pg_port "$i") PostgreSQL of ${nodes[$i]}"
+		echo "$(api_port "$i") Patroni API of ${nodes[$i]}"
+	done
+	for i in "${instances[@]}"; do
+		echo "$(idmint_port "$i") idmint$i"
+	done
+}
+
+# check_ports fails, before anything starts, naming each port of the cluster
+# that is taken and the process holding it (from /proc: ss and lsof may be
+# missing). A port is taken when 127.0.0.1 cannot be bound on it.
+check_ports() {
+	ports | python3 -c '
+import os, socket, sys
+
+def holders(port):
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = open(table).read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            # Any state: a listener, or a connection using it as its local port.
+            if int(f[1].rsplit(":", 1)[1], 16) == port and f[9] != "0":
+                inodes.add(f[9])
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fds = os.listdir("/proc/%s/fd" % pid)
+            for fd in fds:
+                link = os.readlink("/proc/%s/fd/%s" % (pid, fd))
+                if link.startswith("socket:[") and link[8:-1] in inodes:
+                    cmd = open("/proc/%s/cmdline" % pid, "rb").read().replace(b"\0", b" ").decode(errors="replace").strip()
+                    found.append("pid %s (%s)" % (pid, " ".join(cmd.split())[:100]))
+                    break
+        except OSError:
+            continue
+    return ", ".join(found) or "a process this user cannot see"
+
+taken = []
+for line in sys.stdin:
+    port, what = line.rstrip("\n").split(" ", 1)
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind(("127.0.0.1", int(port)))
+    except OSError as e:
+        taken.append("port %s (for %s) is taken: %s; held by %s" % (port, what, e.strerror, holders(int(port))))
+    finally:
+        s.close()
+for t in taken:
+    print("cluster.sh: " + t, file=sys.stderr)
+if taken:
+    print("cluster.sh: free them, or move the cluster with IDMINT_HA_PORT (now %s)" % sys.argv[1], file=sys.stderr)
+    sys.exit(1)
+' "$base"
 }
 
 http_ok() { [[ $(curl -s -o /dev/null -m 2 -w '%{http_code}' "$1") == 200 ]]; }
@@ -127,6 +197,7 @@ start_idmint() {
 }
 
 cmd_up() {
+	check_ports || exit 1
 	command -v patroni >/dev/null || die "patroni not found (Debian: apt-get install patroni python3-etcd python3-psycopg2)"
 	command -v etcd >/dev/null || die "etcd not found (Debian: apt-get install etcd-server)"
 	[[ -e $dir ]] && die "$dir exists: cluster.sh down first"
@@ -147,6 +218,7 @@ cmd_up() {
 	render "$here/etcd.yml" "$ETCD_DIR/etcd.yml"
 	cp "$here/post-bootstrap.sh" "$dir/post-bootstrap.sh"
 	if ((EUID == 0)); then chown -R postgres: "$dir"; fi
+	echo "starting etcd on 127.0.0.1:$etcd_client"
 	spawn etcd "${as_server[@]}" etcd --config-file "$ETCD_DIR/etcd.yml"
 	wait_for "etcd" 30 http_ok "http://127.0.0.1:$etcd_client/health"
 
@@ -162,17 +234,20 @@ cmd_up() {
 		chmod 700 "$NODE_DIR"
 		chmod 600 "$NODE_DIR/patroni.yml"
 		if ((EUID == 0)); then chown -R postgres: "$NODE_DIR"; fi
+		echo "starting ${nodes[$i]}: PostgreSQL on 127.0.0.1:$PG_PORT, Patroni API on $API_PORT"
 		start_node "$i"
 	done
-	echo "waiting for a leader and its replicas"
+	echo "waiting for a leader and its replicas (the first bootstrap takes up to a minute)"
 	wait_for "a leader" 180 leader
 	for i in "${!nodes[@]}"; do
 		wait_for "${nodes[$i]} to run" 180 http_ok "http://127.0.0.1:$(api_port "$i")/health"
 	done
 
+	echo "migrating the database and creating the tag $tag"
 	"$idmint" migrate --database-url "$(database_url)"
 	"$idmint" tag create "$tag" --step 50 --max-step 50 --database-url "$(database_url)" >/dev/null
 	for i in "${instances[@]}"; do
+		echo "starting idmint$i on 127.0.0.1:$(idmint_port "$i")"
 		start_idmint "$i"
 	done
 	for i in "${instances[@]}"; do
@@ -200,6 +275,8 @@ cmd_load() {
 	for i in "${instances[@]}"; do
 		targets+=(--target "http://127.0.0.1:$(idmint_port "$i")")
 	done
+	# The drill says how far it got every 5 s on stderr, its report at the end.
+	echo "asking both idmint instances for IDs for ${1:-30s}" >&2
 	"${IDMINT_BIN:-$dir/idmint}" drill "${targets[@]}" --biz-tag "$tag" --concurrency 8 --duration "${1:-30s}"
 }
 

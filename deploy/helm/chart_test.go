@@ -320,7 +320,7 @@ func TestChart(t *testing.T) {
 				if c.LivenessProbe.HTTPGet == nil || c.StartupProbe.HTTPGet == nil {
 					t.Errorf("/id/live needs no token: want the kubelet's HTTP probes, got %+v, %+v", c.LivenessProbe.ProbeHandler, c.StartupProbe.ProbeHandler)
 				}
-				if env(c, "IDMINT_AUTH") != "token" || env(c, "IDMINT_PROTECT_MONITORING") != "true" || env(c, "IDMINT_TOKEN_FILE") == "" {
+				if env(c, "IDMINT_AUTH") != "token" || env(c, "IDMINT_PROTECT_MONITORING") != "true" || env(c, "IDMINT_HEALTHCHECK_TOKEN_FILE") == "" {
 					t.Errorf("env: %+v", c.Env)
 				}
 				v := volume(t, r, "monitor-token")
@@ -650,7 +650,7 @@ func checkEnv(t *testing.T, c *corev1.Container) {
 			t.Errorf("env %s: no flag of serve or healthcheck reads it (docs/cli.md)", e.Name)
 		}
 		switch name {
-		case "IDMINT_DATABASE_URL", "IDMINT_TOKEN":
+		case "IDMINT_DATABASE_URL", "IDMINT_HEALTHCHECK_TOKEN":
 			if e.Name == name {
 				t.Errorf("%s: a secret in the environment; want %s_FILE", e.Name, name)
 			}
@@ -777,11 +777,11 @@ func cliEnv(t *testing.T) map[string]bool {
 		if !bytes.HasPrefix(section, []byte("idmint serve\n")) && !bytes.HasPrefix(section, []byte("idmint healthcheck\n")) {
 			continue
 		}
-		for _, m := range regexp.MustCompile("\\| `--[a-z0-9-]+` \\| `(IDMINT_[A-Z0-9_]+)` \\|").FindAllSubmatch(section, -1) {
+		for _, m := range regexp.MustCompile("\\| `--[a-z0-9-]+` \\| `(IDMINT_[A-Z0-9_]+)`[^|]*\\|").FindAllSubmatch(section, -1) {
 			known[string(m[1])] = true
 		}
 	}
-	if !known["IDMINT_LISTEN"] || !known["IDMINT_TOKEN"] || !known["IDMINT_SHUTDOWN_TIMEOUT"] {
+	if !known["IDMINT_LISTEN"] || !known["IDMINT_HEALTHCHECK_TOKEN"] || !known["IDMINT_SHUTDOWN_TIMEOUT"] {
 		t.Fatalf("docs/cli.md: the flag tables of serve and healthcheck not found (%d variables)", len(known))
 	}
 	return known

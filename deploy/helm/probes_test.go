@@ -53,7 +53,7 @@ func TestChart_ProbesOnServe(t *testing.T) {
 			name:   "monitoring protected, token auth",
 			values: database + "auth: {mode: token, protectMonitoring: true, monitorToken: {existingSecret: idmint-monitor}}\n",
 			denied: func(t *testing.T, c *corev1.Container, s *sandbox) {
-				if err := s.exec(c.ReadinessProbe.Exec.Command, "IDMINT_TOKEN_FILE"); err == nil {
+				if err := s.exec(c.ReadinessProbe.Exec.Command, "IDMINT_HEALTHCHECK_TOKEN_FILE"); err == nil {
 					t.Error("readiness passes without the monitor token: protectMonitoring does not protect /id/health")
 				}
 				if code := s.get(t, "HTTP", "/id/health"); code != http.StatusUnauthorized {
