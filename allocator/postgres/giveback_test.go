@@ -260,42 +260,9 @@ func BenchmarkPostgres_GiveBack(b *testing.B) {
 	store, _ := openPostgres(b)
 	const tag = "order"
 	createTag(b, store, allocator.TagSpec{Name: tag, Step: 10})
-	holder := allocator.NewHolder("anonymous", "bench key")
-	ctx := context.Background()
-	var have int64
-	for _, rows := range storetest.BenchLogRows(b) {
-		took := fillLog(b, store, tag, have, rows)
-		have = max(have, rows)
-		b.Logf("segment log of %d rows (filled in %v)", have, took.Round(time.Millisecond))
-		b.Run(fmt.Sprintf("caller/rows=%d", rows), func(b *testing.B) {
-			for range b.N {
-				b.StopTimer()
-				req := storetest.NewRequest(tag, 10)
-				req.Holder = holder
-				seg, err := store.Allocate(ctx, req)
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.StartTimer()
-				if ok, err := store.GiveBackRange(ctx, req.ID, holder, tag, seg.First+5, seg.Last); err != nil || !ok {
-					b.Fatalf("GiveBackRange = %v, %v", ok, err)
-				}
-			}
-		})
-		b.Run(fmt.Sprintf("instance/rows=%d", rows), func(b *testing.B) {
-			for range b.N {
-				b.StopTimer()
-				seg, err := store.Allocate(ctx, storetest.NewRequest(tag, 10))
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.StartTimer()
-				if ok, err := store.GiveBack(ctx, tag, seg.First+5, seg.Last); err != nil || !ok {
-					b.Fatalf("GiveBack = %v, %v", ok, err)
-				}
-			}
-		})
-	}
+	storetest.BenchGiveBack(b, store, tag, func(b *testing.B, have, rows int64) time.Duration {
+		return fillLog(b, store, tag, have, rows)
+	})
 }
 
 // TestPostgres_GiveBackReadsOnlyKeptRows: a caller who grants a range and
