@@ -110,25 +110,41 @@ func decodeInto(m proto.Message) func([]byte) error {
 	return func(b []byte) error { return unmarshal.Unmarshal(b, m) }
 }
 
+// respond wraps a procedure's typed reply for connect-go.
+func respond[T any](m *T, err error) (*connect.Response[T], error) {
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(m), nil
+}
+
 // ids serves IDService: GET /id and GET /ids.
 type ids struct{ s *Service }
 
 func (h ids) NextID(ctx context.Context, req *connect.Request[idmintv1.NextIDRequest]) (*connect.Response[idmintv1.NextIDResponse], error) {
-	tag := req.Msg.GetBizTag()
+	return respond(h.nextID(ctx, callerOf(req), req.Msg))
+}
+
+func (h ids) nextID(ctx context.Context, c caller, m *idmintv1.NextIDRequest) (*idmintv1.NextIDResponse, error) {
+	tag := m.GetBizTag()
 	var out struct {
 		ID int64 `json:"id,string"`
 	}
-	err := h.s.gw.call(ctx, callerOf(req), http.MethodGet, "/id?biz_tag="+url.QueryEscape(tag), nil,
+	err := h.s.gw.call(ctx, c, http.MethodGet, "/id?biz_tag="+url.QueryEscape(tag), nil,
 		func(b []byte) error { return json.Unmarshal(b, &out) })
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&idmintv1.NextIDResponse{BizTag: tag, Id: out.ID}), nil
+	return &idmintv1.NextIDResponse{BizTag: tag, Id: out.ID}, nil
 }
 
 func (h ids) NextIDs(ctx context.Context, req *connect.Request[idmintv1.NextIDsRequest]) (*connect.Response[idmintv1.NextIDsResponse], error) {
-	q := url.Values{"biz_tag": {req.Msg.GetBizTag()}, "count": {strconv.Itoa(int(req.Msg.GetCount()))}}
-	switch f := req.Msg.GetFormat(); f {
+	return respond(h.nextIDs(ctx, callerOf(req), req.Msg))
+}
+
+func (h ids) nextIDs(ctx context.Context, c caller, m *idmintv1.NextIDsRequest) (*idmintv1.NextIDsResponse, error) {
+	q := url.Values{"biz_tag": {m.GetBizTag()}, "count": {strconv.Itoa(int(m.GetCount()))}}
+	switch f := m.GetFormat(); f {
 	case idmintv1.Format_FORMAT_UNSPECIFIED:
 	case idmintv1.Format_FORMAT_LIST:
 		q.Set("format", "list")
@@ -141,12 +157,12 @@ func (h ids) NextIDs(ctx context.Context, req *connect.Request[idmintv1.NextIDsR
 		IDs    []json.Number    `json:"ids"`
 		Ranges [][2]json.Number `json:"ranges"`
 	}
-	err := h.s.gw.call(ctx, callerOf(req), http.MethodGet, "/ids?"+q.Encode(), nil,
+	err := h.s.gw.call(ctx, c, http.MethodGet, "/ids?"+q.Encode(), nil,
 		func(b []byte) error { return json.Unmarshal(b, &out) })
 	if err != nil {
 		return nil, err
 	}
-	resp := &idmintv1.NextIDsResponse{BizTag: req.Msg.GetBizTag(), Ids: make([]int64, 0, len(out.IDs))}
+	resp := &idmintv1.NextIDsResponse{BizTag: m.GetBizTag(), Ids: make([]int64, 0, len(out.IDs))}
 	for _, n := range out.IDs {
 		id, err := n.Int64()
 		if err != nil {
@@ -162,7 +178,7 @@ func (h ids) NextIDs(ctx context.Context, req *connect.Request[idmintv1.NextIDsR
 		}
 		resp.Ranges = append(resp.Ranges, &idmintv1.Range{First: first, Last: last})
 	}
-	return connect.NewResponse(resp), nil
+	return resp, nil
 }
 
 // segments serves SegmentService: POST /v1/segments and
@@ -171,35 +187,41 @@ func (h ids) NextIDs(ctx context.Context, req *connect.Request[idmintv1.NextIDsR
 type segments struct{ s *Service }
 
 func (h segments) GrantRange(ctx context.Context, req *connect.Request[idmintv1.GrantRangeRequest]) (*connect.Response[idmintv1.GrantRangeResponse], error) {
-	m := req.Msg
+	return respond(h.grantRange(ctx, callerOf(req), req.Msg))
+}
+
+func (h segments) grantRange(ctx context.Context, c caller, m *idmintv1.GrantRangeRequest) (*idmintv1.GrantRangeResponse, error) {
 	body, err := json.Marshal(wire.SegmentRequest{Tag: m.GetBizTag(), Size: m.GetSize(), RequestID: m.GetRequestId(),
 		HolderKey: m.GetHolderKey(), Floor: m.GetFloor()})
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInternal, err)
 	}
 	var out wire.SegmentResponse
-	if err := h.s.gw.call(ctx, callerOf(req), http.MethodPost, wire.PathSegments, body,
+	if err := h.s.gw.call(ctx, c, http.MethodPost, wire.PathSegments, body,
 		func(b []byte) error { return json.Unmarshal(b, &out) }); err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&idmintv1.GrantRangeResponse{BizTag: out.Tag, RequestId: out.RequestID, First: out.First,
-		Last: out.Last, Step: out.Step, MaxStep: out.MaxStep, Recovered: out.Recovered, RunwaySeconds: out.RunwaySeconds}), nil
+	return &idmintv1.GrantRangeResponse{BizTag: out.Tag, RequestId: out.RequestID, First: out.First,
+		Last: out.Last, Step: out.Step, MaxStep: out.MaxStep, Recovered: out.Recovered, RunwaySeconds: out.RunwaySeconds}, nil
 }
 
 func (h segments) GiveBack(ctx context.Context, req *connect.Request[idmintv1.GiveBackRequest]) (*connect.Response[idmintv1.GiveBackResponse], error) {
-	m := req.Msg
+	return respond(h.giveBack(ctx, callerOf(req), req.Msg))
+}
+
+func (h segments) giveBack(ctx context.Context, c caller, m *idmintv1.GiveBackRequest) (*idmintv1.GiveBackResponse, error) {
 	body, err := json.Marshal(wire.GiveBackRequest{Tag: m.GetBizTag(), RequestID: m.GetRequestId(),
 		HolderKey: m.GetHolderKey(), First: m.GetFirst(), Last: m.GetLast()})
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInternal, err)
 	}
 	var out wire.GiveBackResponse
-	if err := h.s.gw.call(ctx, callerOf(req), http.MethodPost, wire.PathGiveBack, body,
+	if err := h.s.gw.call(ctx, c, http.MethodPost, wire.PathGiveBack, body,
 		func(b []byte) error { return json.Unmarshal(b, &out) }); err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&idmintv1.GiveBackResponse{BizTag: out.Tag, RequestId: out.RequestID, First: out.First,
-		Last: out.Last, GivenBack: out.GivenBack}), nil
+	return &idmintv1.GiveBackResponse{BizTag: out.Tag, RequestId: out.RequestID, First: out.First,
+		Last: out.Last, GivenBack: out.GivenBack}, nil
 }
 
 // snowflakes serves SnowflakeService: /snowflake, /snowflakes and
@@ -207,29 +229,41 @@ func (h segments) GiveBack(ctx context.Context, req *connect.Request[idmintv1.Gi
 type snowflakes struct{ s *Service }
 
 func (h snowflakes) NextSnowflake(ctx context.Context, req *connect.Request[idmintv1.NextSnowflakeRequest]) (*connect.Response[idmintv1.NextSnowflakeResponse], error) {
+	return respond(h.nextSnowflake(ctx, callerOf(req), req.Msg))
+}
+
+func (h snowflakes) nextSnowflake(ctx context.Context, c caller, m *idmintv1.NextSnowflakeRequest) (*idmintv1.NextSnowflakeResponse, error) {
 	out := new(idmintv1.NextSnowflakeResponse)
-	if err := h.s.gw.call(ctx, callerOf(req), http.MethodGet, "/snowflake", nil, decodeInto(out)); err != nil {
+	if err := h.s.gw.call(ctx, c, http.MethodGet, "/snowflake", nil, decodeInto(out)); err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(out), nil
+	return out, nil
 }
 
 func (h snowflakes) NextSnowflakes(ctx context.Context, req *connect.Request[idmintv1.NextSnowflakesRequest]) (*connect.Response[idmintv1.NextSnowflakesResponse], error) {
+	return respond(h.nextSnowflakes(ctx, callerOf(req), req.Msg))
+}
+
+func (h snowflakes) nextSnowflakes(ctx context.Context, c caller, m *idmintv1.NextSnowflakesRequest) (*idmintv1.NextSnowflakesResponse, error) {
 	out := new(idmintv1.NextSnowflakesResponse)
-	target := "/snowflakes?count=" + strconv.Itoa(int(req.Msg.GetCount()))
-	if err := h.s.gw.call(ctx, callerOf(req), http.MethodGet, target, nil, decodeInto(out)); err != nil {
+	target := "/snowflakes?count=" + strconv.Itoa(int(m.GetCount()))
+	if err := h.s.gw.call(ctx, c, http.MethodGet, target, nil, decodeInto(out)); err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(out), nil
+	return out, nil
 }
 
 func (h snowflakes) ParseSnowflake(ctx context.Context, req *connect.Request[idmintv1.ParseSnowflakeRequest]) (*connect.Response[idmintv1.ParseSnowflakeResponse], error) {
+	return respond(h.parseSnowflake(ctx, callerOf(req), req.Msg))
+}
+
+func (h snowflakes) parseSnowflake(ctx context.Context, c caller, m *idmintv1.ParseSnowflakeRequest) (*idmintv1.ParseSnowflakeResponse, error) {
 	out := new(idmintv1.ParseSnowflakeResponse)
-	target := "/snowflake/parse?id=" + strconv.FormatInt(req.Msg.GetId(), 10)
-	if err := h.s.gw.call(ctx, callerOf(req), http.MethodGet, target, nil, decodeInto(out)); err != nil {
+	target := "/snowflake/parse?id=" + strconv.FormatInt(m.GetId(), 10)
+	if err := h.s.gw.call(ctx, c, http.MethodGet, target, nil, decodeInto(out)); err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(out), nil
+	return out, nil
 }
 
 // admin serves AdminService: /v1/tags, /v1/tokens and /v1/standbys.
@@ -254,15 +288,22 @@ func (h admin) tagCall(ctx context.Context, c caller, method, target string, bod
 }
 
 func (h admin) ListTags(ctx context.Context, req *connect.Request[idmintv1.ListTagsRequest]) (*connect.Response[idmintv1.ListTagsResponse], error) {
+	return respond(h.listTags(ctx, callerOf(req), req.Msg))
+}
+
+func (h admin) listTags(ctx context.Context, c caller, m *idmintv1.ListTagsRequest) (*idmintv1.ListTagsResponse, error) {
 	out := new(idmintv1.ListTagsResponse)
-	if err := h.s.gw.call(ctx, callerOf(req), http.MethodGet, "/v1/tags", nil, decodeInto(out)); err != nil {
+	if err := h.s.gw.call(ctx, c, http.MethodGet, "/v1/tags", nil, decodeInto(out)); err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(out), nil
+	return out, nil
 }
 
 func (h admin) CreateTag(ctx context.Context, req *connect.Request[idmintv1.CreateTagRequest]) (*connect.Response[idmintv1.CreateTagResponse], error) {
-	m := req.Msg
+	return respond(h.createTag(ctx, callerOf(req), req.Msg))
+}
+
+func (h admin) createTag(ctx context.Context, c caller, m *idmintv1.CreateTagRequest) (*idmintv1.CreateTagResponse, error) {
 	body := map[string]any{"biz_tag": m.GetBizTag(), "start": m.GetStart(), "description": m.GetDescription(),
 		"runway_seconds": m.GetRunwaySeconds()}
 	if m.Step != nil {
@@ -271,23 +312,30 @@ func (h admin) CreateTag(ctx context.Context, req *connect.Request[idmintv1.Crea
 	if m.MaxStep != nil {
 		body["max_step"] = m.GetMaxStep()
 	}
-	t, err := h.tagCall(ctx, callerOf(req), http.MethodPost, "/v1/tags", body)
+	t, err := h.tagCall(ctx, c, http.MethodPost, "/v1/tags", body)
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&idmintv1.CreateTagResponse{Tag: t}), nil
+	return &idmintv1.CreateTagResponse{Tag: t}, nil
 }
 
 func (h admin) GetTag(ctx context.Context, req *connect.Request[idmintv1.GetTagRequest]) (*connect.Response[idmintv1.GetTagResponse], error) {
-	t, err := h.tagCall(ctx, callerOf(req), http.MethodGet, tagPath(req.Msg.GetBizTag()), nil)
+	return respond(h.getTag(ctx, callerOf(req), req.Msg))
+}
+
+func (h admin) getTag(ctx context.Context, c caller, m *idmintv1.GetTagRequest) (*idmintv1.GetTagResponse, error) {
+	t, err := h.tagCall(ctx, c, http.MethodGet, tagPath(m.GetBizTag()), nil)
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&idmintv1.GetTagResponse{Tag: t}), nil
+	return &idmintv1.GetTagResponse{Tag: t}, nil
 }
 
 func (h admin) UpdateTag(ctx context.Context, req *connect.Request[idmintv1.UpdateTagRequest]) (*connect.Response[idmintv1.UpdateTagResponse], error) {
-	m := req.Msg
+	return respond(h.updateTag(ctx, callerOf(req), req.Msg))
+}
+
+func (h admin) updateTag(ctx context.Context, c caller, m *idmintv1.UpdateTagRequest) (*idmintv1.UpdateTagResponse, error) {
 	patch := map[string]any{}
 	if m.Step != nil {
 		patch["step"] = m.GetStep()
@@ -301,64 +349,86 @@ func (h admin) UpdateTag(ctx context.Context, req *connect.Request[idmintv1.Upda
 	if m.RunwaySeconds != nil {
 		patch["runway_seconds"] = m.GetRunwaySeconds()
 	}
-	t, err := h.tagCall(ctx, callerOf(req), http.MethodPatch, tagPath(m.GetBizTag()), patch)
+	t, err := h.tagCall(ctx, c, http.MethodPatch, tagPath(m.GetBizTag()), patch)
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&idmintv1.UpdateTagResponse{Tag: t}), nil
+	return &idmintv1.UpdateTagResponse{Tag: t}, nil
 }
 
 func (h admin) BumpTag(ctx context.Context, req *connect.Request[idmintv1.BumpTagRequest]) (*connect.Response[idmintv1.BumpTagResponse], error) {
-	m := req.Msg
-	t, err := h.tagCall(ctx, callerOf(req), http.MethodPost, tagPath(m.GetBizTag())+"/bump", map[string]any{"to": m.GetTo(), "by": m.GetBy()})
+	return respond(h.bumpTag(ctx, callerOf(req), req.Msg))
+}
+
+func (h admin) bumpTag(ctx context.Context, c caller, m *idmintv1.BumpTagRequest) (*idmintv1.BumpTagResponse, error) {
+	t, err := h.tagCall(ctx, c, http.MethodPost, tagPath(m.GetBizTag())+"/bump", map[string]any{"to": m.GetTo(), "by": m.GetBy()})
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&idmintv1.BumpTagResponse{Tag: t}), nil
+	return &idmintv1.BumpTagResponse{Tag: t}, nil
 }
 
 func (h admin) ListTokens(ctx context.Context, req *connect.Request[idmintv1.ListTokensRequest]) (*connect.Response[idmintv1.ListTokensResponse], error) {
+	return respond(h.listTokens(ctx, callerOf(req), req.Msg))
+}
+
+func (h admin) listTokens(ctx context.Context, c caller, m *idmintv1.ListTokensRequest) (*idmintv1.ListTokensResponse, error) {
 	out := new(idmintv1.ListTokensResponse)
-	if err := h.s.gw.call(ctx, callerOf(req), http.MethodGet, "/v1/tokens", nil, decodeInto(out)); err != nil {
+	if err := h.s.gw.call(ctx, c, http.MethodGet, "/v1/tokens", nil, decodeInto(out)); err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(out), nil
+	return out, nil
 }
 
 func (h admin) CreateToken(ctx context.Context, req *connect.Request[idmintv1.CreateTokenRequest]) (*connect.Response[idmintv1.CreateTokenResponse], error) {
-	m := req.Msg
+	return respond(h.createToken(ctx, callerOf(req), req.Msg))
+}
+
+func (h admin) createToken(ctx context.Context, c caller, m *idmintv1.CreateTokenRequest) (*idmintv1.CreateTokenResponse, error) {
 	body, err := json.Marshal(httpapi.CreateTokenRequest{Name: m.GetName(), Scopes: m.GetScopes(), IDsPerSecond: m.GetIdsPerSecond()})
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInternal, err)
 	}
 	out := new(idmintv1.CreateTokenResponse)
-	if err := h.s.gw.call(ctx, callerOf(req), http.MethodPost, "/v1/tokens", body, decodeInto(out)); err != nil {
+	if err := h.s.gw.call(ctx, c, http.MethodPost, "/v1/tokens", body, decodeInto(out)); err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(out), nil
+	return out, nil
 }
 
 func (h admin) RevokeToken(ctx context.Context, req *connect.Request[idmintv1.RevokeTokenRequest]) (*connect.Response[idmintv1.RevokeTokenResponse], error) {
+	return respond(h.revokeToken(ctx, callerOf(req), req.Msg))
+}
+
+func (h admin) revokeToken(ctx context.Context, c caller, m *idmintv1.RevokeTokenRequest) (*idmintv1.RevokeTokenResponse, error) {
 	t := new(idmintv1.Token)
-	target := "/v1/tokens/" + url.PathEscape(req.Msg.GetId())
-	if err := h.s.gw.call(ctx, callerOf(req), http.MethodDelete, target, nil, decodeInto(t)); err != nil {
+	target := "/v1/tokens/" + url.PathEscape(m.GetId())
+	if err := h.s.gw.call(ctx, c, http.MethodDelete, target, nil, decodeInto(t)); err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&idmintv1.RevokeTokenResponse{Token: t}), nil
+	return &idmintv1.RevokeTokenResponse{Token: t}, nil
 }
 
 func (h admin) ListStandbys(ctx context.Context, req *connect.Request[idmintv1.ListStandbysRequest]) (*connect.Response[idmintv1.ListStandbysResponse], error) {
+	return respond(h.listStandbys(ctx, callerOf(req), req.Msg))
+}
+
+func (h admin) listStandbys(ctx context.Context, c caller, m *idmintv1.ListStandbysRequest) (*idmintv1.ListStandbysResponse, error) {
 	out := new(idmintv1.ListStandbysResponse)
-	if err := h.s.gw.call(ctx, callerOf(req), http.MethodGet, "/v1/standbys", nil, decodeInto(out)); err != nil {
+	if err := h.s.gw.call(ctx, c, http.MethodGet, "/v1/standbys", nil, decodeInto(out)); err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(out), nil
+	return out, nil
 }
 
 func (h admin) ForgetStandby(ctx context.Context, req *connect.Request[idmintv1.ForgetStandbyRequest]) (*connect.Response[idmintv1.ForgetStandbyResponse], error) {
-	target := "/v1/standbys/" + url.PathEscape(req.Msg.GetName())
-	if err := h.s.gw.call(ctx, callerOf(req), http.MethodDelete, target, nil, nil); err != nil {
+	return respond(h.forgetStandby(ctx, callerOf(req), req.Msg))
+}
+
+func (h admin) forgetStandby(ctx context.Context, c caller, m *idmintv1.ForgetStandbyRequest) (*idmintv1.ForgetStandbyResponse, error) {
+	target := "/v1/standbys/" + url.PathEscape(m.GetName())
+	if err := h.s.gw.call(ctx, c, http.MethodDelete, target, nil, nil); err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&idmintv1.ForgetStandbyResponse{}), nil
+	return &idmintv1.ForgetStandbyResponse{}, nil
 }
