@@ -66,6 +66,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzServer_Segments$$' -fuzztime $(FUZZTIME) ./httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeBody$$' -fuzztime $(FUZZTIME) ./httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzBuffer_TopOfInt64$$' -fuzztime $(FUZZTIME) ./segment
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/leafexport
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -94,6 +94,8 @@ without the database, at the recent peak rate (see "Runway" in
 docs/operations.md); 0 leaves the instance's --runway. At most 24h, within
 the tag's max_step.`,
 		flags: tagUpdateFlags},
+	{name: "tag import", args: []string{"FILE"}, synopsis: "create or raise tags from a Leaf leaf_alloc export, above every ID Leaf handed out",
+		detail: tagImportDetail, flags: tagImportFlags},
 	{name: "token create", synopsis: "make a bearer token (printed once)",
 		detail: "--rate bounds the IDs the token may take per second (/ids counts its count), above or below serve's --ids-per-second-per-token, which bounds the tokens made without it.",
 		flags:  tokenCreateFlags},
