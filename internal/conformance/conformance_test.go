@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -58,7 +59,7 @@ const (
 	aloneCount = 1000
 	// Each language's first tokens: preflight, alone and speed runs; the
 	// lossy runs take the others.
-	tokPreflight, tokAlone, tokSpeed, tokLossy = 0, 1, 2, 3
+	tokPreflight, tokAlone, tokSpeed, tokTLS, tokLossy = 0, 1, 2, 3, 4
 )
 
 // settings are the suite's environment (see doc.go).
@@ -204,7 +205,9 @@ type instance struct {
 	addr string
 }
 
-func startInstance(t *testing.T, bin, dbURL, name string) *instance {
+// startInstance starts idmint serve on a free port, with more flags in
+// extra (TLS: then it is probed with a TCP connection).
+func startInstance(t *testing.T, bin, dbURL, name string, extra ...string) *instance {
 	t.Helper()
 	logf, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
 	if err != nil {
@@ -214,6 +217,7 @@ func startInstance(t *testing.T, bin, dbURL, name string) *instance {
 	cmd := exec.Command(bin, "serve", "--database-url", dbURL, "--listen", addr, "--instance", name,
 		"--auth", "token", "--range-grants-per-second", "0", "--log-format", "json", "--access-log=false",
 		"--prune-after", "0", "--snowflake=false")
+	cmd.Args = append(cmd.Args, extra...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -225,6 +229,13 @@ func startInstance(t *testing.T, bin, dbURL, name string) *instance {
 	})
 	in := &instance{cmd: cmd, name: name, addr: addr}
 	testutil.Eventually(t, 30*time.Second, name+" to listen", func() bool {
+		if len(extra) > 0 {
+			c, err := net.Dial("tcp", addr)
+			if err == nil {
+				c.Close()
+			}
+			return err == nil
+		}
 		resp, err := http.Get("http://" + addr + "/id/live")
 		if err == nil {
 			resp.Body.Close()
@@ -315,10 +326,12 @@ type run struct {
 
 var summaryRE = regexp.MustCompile(`(?m)^conformance: ids=(\d+) threads=(\d+) seconds=([0-9.]+)\s*$`)
 
-// execute runs p against urls with token and reads what it printed.
-func (r *run) execute(p program, urls []string, token string) {
+// execute runs p against urls with token, and more flags in extra, and
+// reads what it printed.
+func (r *run) execute(p program, urls []string, token string, extra ...string) {
 	cmd := exec.Command(p.path, "--url", strings.Join(urls, ","), "--tag", r.tag,
 		"--count", strconv.Itoa(r.count), "--threads", strconv.Itoa(threads), "--token", token)
+	cmd.Args = append(cmd.Args, extra...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
@@ -446,6 +459,25 @@ func TestConformance(t *testing.T) {
 		t.Fatal("no client's conformance program could run")
 	}
 
+	// TLS: an instance serving HTTPS that asks for a client certificate
+	// (idmint dev-certs); each program with --ca, --cert and --key, alone.
+	alone := map[*run]bool{}
+	certs := filepath.Join(t.TempDir(), "certs")
+	idmint(t, bin, "dev-certs", "--dir", certs)
+	pem := func(name string) string { return filepath.Join(certs, name) }
+	tlsInst := startInstance(t, bin, dbURL, "inst-tls", "--tls-cert", pem("server.pem"), "--tls-key", pem("server-key.pem"), "--tls-client-ca", pem("ca.pem"))
+	for _, p := range ready {
+		tok := tokens[p.lang][tokTLS]
+		r := newRun(p, "tls", 0, aloneCount, tok)
+		r.execute(p, []string{"https://" + tlsInst.addr}, tok, "--ca", pem("ca.pem"), "--cert", pem("client.pem"), "--key", pem("client-key.pem"))
+		if r.err != nil {
+			t.Fatalf("%s", r.failure())
+		}
+		alone[r] = true
+	}
+	tlsInst.cmd.Process.Signal(syscall.SIGTERM)
+	tlsInst.cmd.Wait()
+
 	// The lossy phase.
 	for _, p := range proxies {
 		p.setShare(lossShare)
@@ -559,7 +591,6 @@ func TestConformance(t *testing.T) {
 
 	// Alone: each client, nothing else asking, through the proxies
 	// without losses; close must give back every ID it did not print.
-	alone := map[*run]bool{}
 	for _, p := range ready {
 		tok := tokens[p.lang][tokAlone]
 		r := newRun(p, "alone", 0, aloneCount, tok)
