@@ -48,7 +48,8 @@ def free_port() -> int:
 class Server:
     """An idmint serve process with its own database, tags and tokens."""
 
-    def __init__(self, auth: str = "token", tls: bool = False, tokens: dict[str, str] | None = None) -> None:
+    def __init__(self, auth: str = "token", tls: bool = False, tokens: dict[str, str] | None = None,
+                 extra: list[str] | None = None) -> None:
         self.dir = tempfile.mkdtemp(prefix="idmint-py-")
         self.db = "sqlite://" + os.path.join(self.dir, "idmint.db")
         self.run("migrate")
@@ -58,7 +59,7 @@ class Server:
         self.tokens = {name: self.token(name, scope) for name, scope in (tokens or {}).items()}
         self.port = free_port()
         args = ["serve", "--listen", f"127.0.0.1:{self.port}", "--auth", auth,
-                "--log-format", "json", "--prune-after", "0"]
+                "--log-format", "json", "--prune-after", "0", *(extra or [])]
         self.certs = None
         if tls:
             self.certs = os.path.join(self.dir, "certs")

@@ -42,10 +42,11 @@ class ServerTest(unittest.TestCase):
     """One server per test class, token auth, tag "order" of step 100."""
 
     tls = False
+    extra: list[str] = []
 
     @classmethod
     def setUpClass(cls) -> None:
-        cls.server = srv.Server(auth="token", tls=cls.tls, tokens={"py": "ids", "other": "ids:other"})
+        cls.server = srv.Server(auth="token", tls=cls.tls, tokens={"py": "ids", "other": "ids:other"}, extra=cls.extra)
         cls.ids_token = cls.server.tokens["py"]
         cls.other_token = cls.server.tokens["other"]
 
@@ -187,6 +188,21 @@ class TestClient(ServerTest):
         n = c.stats()["requests"]
         c.close()
         self.assertGreater(n, 1, "retried")
+
+
+class TestRateLimited(ServerTest):
+    """An instance that grants a token 2 ranges a second (burst 4)."""
+
+    extra = ["--range-grants-per-second", "2"]
+
+    def test_429_is_retried_after_its_retry_after(self) -> None:
+        tag = self.new_tag(step=10, max_step=10)
+        with idmint.Client(self.server.url, token=self.ids_token, wait_timeout=5, retry_max=1) as c:
+            ids = c.next_n(tag, 80)  # 8 ranges: past the burst
+            st = c.stats()
+        self.assertEqual(ids, list(range(1, 81)))
+        self.assertGreater(st["requests"], st["tags"][tag]["loads"], "some requests were refused with 429 and sent again")
+        self.assertEqual(len(self.segments(tag)), st["tags"][tag]["loads"], "a 429 grants nothing")
 
 
 class TestTLS(ServerTest):
