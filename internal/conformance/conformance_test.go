@@ -326,10 +326,20 @@ type run struct {
 
 var summaryRE = regexp.MustCompile(`(?m)^conformance: ids=(\d+) threads=(\d+) seconds=([0-9.]+)\s*$`)
 
+// runTimeout bounds one run of a program; preflightTimeout the first,
+// which may build the client.
+const runTimeout, preflightTimeout = 2 * time.Minute, 10 * time.Minute
+
 // execute runs p against urls with token, and more flags in extra, and
 // reads what it printed.
 func (r *run) execute(p program, urls []string, token string, extra ...string) {
-	cmd := exec.Command(p.path, "--url", strings.Join(urls, ","), "--tag", r.tag,
+	limit := runTimeout
+	if strings.Contains(r.name, "/preflight/") {
+		limit = preflightTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, p.path, "--url", strings.Join(urls, ","), "--tag", r.tag,
 		"--count", strconv.Itoa(r.count), "--threads", strconv.Itoa(threads), "--token", token)
 	cmd.Args = append(cmd.Args, extra...)
 	var stdout, stderr bytes.Buffer
@@ -345,7 +355,10 @@ func (r *run) execute(p program, urls []string, token string, extra ...string) {
 	wall := time.Since(start).Seconds()
 	r.finished.Store(true)
 	r.stderr = stderr.String()
-	if err != nil {
+	switch {
+	case ctx.Err() != nil:
+		r.err = fmt.Errorf("%s did not finish within %v: killed", r.name, limit)
+	case err != nil:
 		r.err = fmt.Errorf("%s exited: %v", r.name, err)
 	}
 	sc := bufio.NewScanner(&stdout)
