@@ -404,9 +404,9 @@ func tail(s string, n int) string {
 // range granted to that run's token and not given back; every ID of every
 // range granted to a run was printed by it exactly once, but for the unused
 // tails of its last two ranges left at close (when the give-back was
-// refused because someone was granted since); and, each client run alone at
-// the end, that close gave back every unused ID. It prints each client's
-// throughput (IDs per second from 4 threads).
+// refused because someone was granted since); and, each client run alone,
+// that close gave back every unused ID. It prints each client's throughput
+// (IDs per second from 4 threads).
 func TestConformance(t *testing.T) {
 	s := readSettings(t)
 	root := repoRoot(t)
@@ -414,56 +414,115 @@ func TestConformance(t *testing.T) {
 	if len(progs) == 0 {
 		t.Fatal("no client's conformance program found under clients/ (clients/LANG/conformance)")
 	}
+	su := newSuite(t, s, root, progs)
+	ready := su.preflight(progs)
+	su.tls(ready)
+	su.lossy(ready)
+	su.aloneRuns(ready)
 
-	bin := filepath.Join(t.TempDir(), "idmint")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/idmint")
+	rows := segmentLog(t, su.pool)
+	rep := check(t, rows, su.runs, su.alone, su.httpIDs)
+	t.Logf("lossy phase: %d replies through the proxies, %d reset after the server answered; %d GET /id answered, %d failed",
+		su.replies, su.resets, len(su.httpIDs), su.httpFailed)
+	if su.resets == 0 {
+		t.Errorf("the proxies reset no reply: the run proved nothing about lost replies")
+	}
+	t.Logf("%d IDs in all (%d from GET /id), 0 duplicates; %d ranges in the segment log, none overlapping; %d granted to %d client runs, checked for being received exactly once (%d given back at close, %d unused tails left as gaps)",
+		rep.ids, len(su.httpIDs), len(rows), rep.clientRanges, rep.runs, rep.givenBack, rep.gaps)
+	su.speed(ready)
+}
+
+// suite is one run of the conformance suite: its instances, proxies and
+// tokens, and every run of a program.
+type suite struct {
+	t         *testing.T
+	s         settings
+	bin       string
+	dbURL     string
+	pool      *pgxpool.Pool
+	insts     []*instance
+	proxies   []*lossyProxy
+	proxyURLs []string // the instances through their proxies
+	direct    []string // the instances
+	httpToken string
+	// tokens holds each language's tokens: tokPreflight, tokAlone,
+	// tokSpeed, tokTLS, then the lossy runs'.
+	tokens map[string][]string
+
+	mu    sync.Mutex // guards runs while the lossy phase runs
+	runs  []*run     // every checked run
+	alone map[*run]bool
+
+	// What the lossy phase saw.
+	httpIDs         []int64
+	httpFailed      int64
+	resets, replies int64
+}
+
+// newSuite builds idmint, makes a database with the suite's tags and
+// tokens, and starts two instances, each behind a proxy that loses nothing
+// yet.
+func newSuite(t *testing.T, s settings, root string, progs []program) *suite {
+	su := &suite{t: t, s: s, alone: map[*run]bool{}, tokens: map[string][]string{}}
+	su.bin = filepath.Join(t.TempDir(), "idmint")
+	build := exec.Command("go", "build", "-o", su.bin, "./cmd/idmint")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	dbURL := pgtest.Shared(t).NewDatabase(t)
-	idmint(t, bin, "migrate", "--database-url", dbURL)
-	idmint(t, bin, "tag", "create", tag, "--step", strconv.Itoa(step), "--max-step", strconv.Itoa(maxStep), "--database-url", dbURL)
-	idmint(t, bin, "tag", "create", speedTag, "--database-url", dbURL)
-	admin := idmint(t, bin, "token", "create", "--name", "conformance-admin", "--scope", "admin", "--database-url", dbURL)
-	httpToken := idmint(t, bin, "token", "create", "--name", "conformance-http", "--scope", "ids:"+tag, "--database-url", dbURL)
-	pool, err := pgxpool.New(context.Background(), dbURL)
+	su.dbURL = pgtest.Shared(t).NewDatabase(t)
+	db := []string{"--database-url", su.dbURL}
+	idmint(t, su.bin, append([]string{"migrate"}, db...)...)
+	idmint(t, su.bin, append([]string{"tag", "create", tag, "--step", strconv.Itoa(step), "--max-step", strconv.Itoa(maxStep)}, db...)...)
+	idmint(t, su.bin, append([]string{"tag", "create", speedTag}, db...)...)
+	admin := idmint(t, su.bin, append([]string{"token", "create", "--name", "conformance-admin", "--scope", "admin"}, db...)...)
+	su.httpToken = idmint(t, su.bin, append([]string{"token", "create", "--name", "conformance-http", "--scope", "ids:" + tag}, db...)...)
+	pool, err := pgxpool.New(context.Background(), su.dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
+	su.pool = pool
 
-	insts := []*instance{startInstance(t, bin, dbURL, "inst-0"), startInstance(t, bin, dbURL, "inst-1")}
-	proxies := []*lossyProxy{newLossyProxy(t, insts[0].addr, 0), newLossyProxy(t, insts[1].addr, 0)}
-	proxyURLs := []string{"http://" + proxies[0].addr(), "http://" + proxies[1].addr()}
-	direct := []string{"http://" + insts[0].addr, "http://" + insts[1].addr}
-
+	su.insts = []*instance{startInstance(t, su.bin, su.dbURL, "inst-0"), startInstance(t, su.bin, su.dbURL, "inst-1")}
+	for _, in := range su.insts {
+		p := newLossyProxy(t, in.addr, 0)
+		su.proxies = append(su.proxies, p)
+		su.proxyURLs = append(su.proxyURLs, "http://"+p.addr())
+		su.direct = append(su.direct, "http://"+in.addr)
+	}
 	// Every run has a token of its own, so that the segment log's
 	// principal tells its ranges from every other run's.
-	tokens := map[string][]string{}
 	for _, p := range progs {
-		tokens[p.lang] = newTokens(t, direct[0], admin, "conformance-"+p.lang, tokLossy+loopsPerLang*runsPerLoop)
+		su.tokens[p.lang] = newTokens(t, su.direct[0], admin, "conformance-"+p.lang, tokLossy+loopsPerLang*runsPerLoop)
 	}
 	for _, p := range progs {
-		knownOn(t, direct[1], tokens[p.lang][len(tokens[p.lang])-1])
+		knownOn(t, su.direct[1], su.tokens[p.lang][len(su.tokens[p.lang])-1])
 	}
-	var runs []*run
-	newRun := func(p program, phase string, n, count int, token string) *run {
-		r := &run{lang: p.lang, tag: tag, name: fmt.Sprintf("%s/%s/%d", p.lang, phase, n), principal: tokenPrincipal(t, token), count: count}
-		runs = append(runs, r)
-		return r
-	}
+	return su
+}
 
-	// Preflight: each program takes a few IDs straight from the
-	// instances, which also tells whether it can run here at all.
+// newRun records a run of p on the suite's tag with token; the caller
+// holds mu when other runs may be recorded at once.
+func (su *suite) newRun(p program, phase string, n, count int, token string) *run {
+	r := &run{lang: p.lang, tag: tag, name: fmt.Sprintf("%s/%s/%d", p.lang, phase, n), principal: tokenPrincipal(su.t, token), count: count}
+	su.runs = append(su.runs, r)
+	return r
+}
+
+// preflight has each program take a few IDs straight from the instances,
+// which also tells whether it can run here at all; it returns those that
+// can.
+func (su *suite) preflight(progs []program) []program {
+	t := su.t
 	var ready []program
 	for _, p := range progs {
-		tok := tokens[p.lang][tokPreflight]
-		r := newRun(p, "preflight", 0, 10, tok)
-		r.execute(p, direct, tok)
+		tok := su.tokens[p.lang][tokPreflight]
+		r := su.newRun(p, "preflight", 0, 10, tok)
+		r.execute(p, su.direct, tok)
 		if r.err != nil {
-			notBuilt(t, s, p.lang, "its preflight run failed: "+r.failure())
-			runs = runs[:len(runs)-1]
+			notBuilt(t, su.s, p.lang, "its preflight run failed: "+r.failure())
+			su.runs = su.runs[:len(su.runs)-1]
 			continue
 		}
 		ready = append(ready, p)
@@ -474,32 +533,41 @@ func TestConformance(t *testing.T) {
 	if len(ready) == 0 {
 		t.Fatal("no client's conformance program could run")
 	}
+	return ready
+}
 
-	// TLS: an instance serving HTTPS that asks for a client certificate
-	// (idmint dev-certs); each program with --ca, --cert and --key, alone.
-	alone := map[*run]bool{}
+// tls runs each program alone against an instance serving HTTPS that asks
+// for a client certificate (idmint dev-certs), with --ca, --cert and --key.
+func (su *suite) tls(ready []program) {
+	t := su.t
 	certs := filepath.Join(t.TempDir(), "certs")
-	idmint(t, bin, "dev-certs", "--dir", certs)
+	idmint(t, su.bin, "dev-certs", "--dir", certs)
 	pem := func(name string) string { return filepath.Join(certs, name) }
-	tlsInst := startInstance(t, bin, dbURL, "inst-tls", "--tls-cert", pem("server.pem"), "--tls-key", pem("server-key.pem"), "--tls-client-ca", pem("ca.pem"))
+	in := startInstance(t, su.bin, su.dbURL, "inst-tls", "--tls-cert", pem("server.pem"), "--tls-key", pem("server-key.pem"), "--tls-client-ca", pem("ca.pem"))
 	for _, p := range ready {
-		tok := tokens[p.lang][tokTLS]
-		r := newRun(p, "tls", 0, aloneCount, tok)
-		r.execute(p, []string{"https://" + tlsInst.addr}, tok, "--ca", pem("ca.pem"), "--cert", pem("client.pem"), "--key", pem("client-key.pem"))
+		tok := su.tokens[p.lang][tokTLS]
+		r := su.newRun(p, "tls", 0, aloneCount, tok)
+		r.execute(p, []string{"https://" + in.addr}, tok, "--ca", pem("ca.pem"), "--cert", pem("client.pem"), "--key", pem("client-key.pem"))
 		if r.err != nil {
 			t.Fatalf("%s", r.failure())
 		}
-		alone[r] = true
+		su.alone[r] = true
 	}
-	tlsInst.cmd.Process.Signal(syscall.SIGTERM)
-	tlsInst.cmd.Wait()
+	in.cmd.Process.Signal(syscall.SIGTERM)
+	in.cmd.Wait()
+}
 
-	// The lossy phase.
-	for _, p := range proxies {
+// lossy runs loopsPerLang runs of every program at once, one after another
+// with new tokens, through both proxies losing lossShare of the replies,
+// beside GET /id callers, for the phase's duration; it SIGKILLs the first
+// instance once every loop has a run under way that was granted a range
+// (or half the phase went by).
+func (su *suite) lossy(ready []program) {
+	t := su.t
+	for _, p := range su.proxies {
 		p.setShare(lossShare)
 	}
-	var mu sync.Mutex // guards runs from here on
-	ctx, stop := context.WithTimeout(context.Background(), s.duration)
+	ctx, stop := context.WithTimeout(context.Background(), su.s.duration)
 	defer stop()
 	var wg sync.WaitGroup
 	inFlight := make([]atomic.Pointer[run], len(ready)*loopsPerLang)
@@ -511,12 +579,12 @@ func TestConformance(t *testing.T) {
 					if ctx.Err() != nil {
 						return
 					}
-					tok := tokens[p.lang][tokLossy+loop*runsPerLoop+n]
-					mu.Lock()
-					r := newRun(p, fmt.Sprintf("lossy%d", loop), n, s.count, tok)
-					mu.Unlock()
+					tok := su.tokens[p.lang][tokLossy+loop*runsPerLoop+n]
+					su.mu.Lock()
+					r := su.newRun(p, fmt.Sprintf("lossy%d", loop), n, su.s.count, tok)
+					su.mu.Unlock()
 					inFlight[slot].Store(r)
-					urls := slices.Clone(proxyURLs)
+					urls := slices.Clone(su.proxyURLs)
 					if rand.IntN(2) == 1 {
 						slices.Reverse(urls)
 					}
@@ -528,36 +596,9 @@ func TestConformance(t *testing.T) {
 			})
 		}
 	}
-
-	// Plain GET /id callers, straight to the instances.
-	var httpIDs []int64
-	var httpFailed atomic.Int64
-	var httpMu sync.Mutex
 	var killed atomic.Bool
-	hctx, hstop := context.WithCancel(context.Background())
-	var hwg sync.WaitGroup
-	hc := &http.Client{Timeout: 5 * time.Second}
-	for w := range 4 {
-		hwg.Go(func() {
-			var mine []int64
-			defer func() { httpMu.Lock(); httpIDs = append(httpIDs, mine...); httpMu.Unlock() }()
-			for i := w; hctx.Err() == nil; i++ {
-				base := direct[i%2]
-				if killed.Load() {
-					base = direct[1]
-				}
-				id, err := getID(hc, base, httpToken)
-				if err != nil {
-					httpFailed.Add(1)
-					continue
-				}
-				mine = append(mine, id)
-			}
-		})
-	}
+	stopHTTP := su.httpCallers(&killed)
 
-	// The kill: once every loop has a run under way that was granted a
-	// range, or half the phase went by.
 	underWay := func() bool {
 		var principals []string
 		for i := range inFlight {
@@ -568,10 +609,10 @@ func TestConformance(t *testing.T) {
 			principals = append(principals, r.principal)
 		}
 		var n int
-		pool.QueryRow(context.Background(), `SELECT count(DISTINCT principal) FROM idmint_segments WHERE principal = ANY($1)`, principals).Scan(&n)
+		su.pool.QueryRow(context.Background(), `SELECT count(DISTINCT principal) FROM idmint_segments WHERE principal = ANY($1)`, principals).Scan(&n)
 		return n == len(principals)
 	}
-	killDeadline := time.Now().Add(s.duration / 2)
+	killDeadline := time.Now().Add(su.s.duration / 2)
 	for time.Now().Before(killDeadline) && !underWay() {
 		time.Sleep(2 * time.Millisecond)
 	}
@@ -581,16 +622,16 @@ func TestConformance(t *testing.T) {
 			caught = append(caught, r.name)
 		}
 	}
-	if err := insts[0].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	victim := su.insts[0]
+	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	insts[0].cmd.Wait()
+	victim.cmd.Wait()
 	killed.Store(true)
-	t.Logf("SIGKILLed %s with these runs under way: %s", insts[0].name, strings.Join(caught, ", "))
+	t.Logf("SIGKILLed %s with these runs under way: %s", victim.name, strings.Join(caught, ", "))
 	wg.Wait()
-	hstop()
-	hwg.Wait()
-	for _, r := range runs {
+	stopHTTP()
+	for _, r := range su.runs {
 		if r.err != nil {
 			t.Errorf("%s", r.failure())
 		}
@@ -598,47 +639,81 @@ func TestConformance(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	var resets, replies int64
-	for _, p := range proxies {
-		resets += p.resets.Load()
-		replies += p.replies.Load()
+	for _, p := range su.proxies {
+		su.resets += p.resets.Load()
+		su.replies += p.replies.Load()
 		p.setShare(0)
 	}
+}
 
-	// Alone: each client, nothing else asking, through the proxies
-	// without losses; close must give back every ID it did not print.
+// httpCallers starts four plain GET /id callers, straight to the
+// instances (only the second once killed is set); the function returned
+// stops them and keeps what they got.
+func (su *suite) httpCallers(killed *atomic.Bool) func() {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var mu sync.Mutex // guards su.httpIDs and su.httpFailed until wg is done
+	hc := &http.Client{Timeout: 5 * time.Second}
+	for w := range 4 {
+		wg.Go(func() {
+			var mine []int64
+			var failed int64
+			for i := w; ctx.Err() == nil; i++ {
+				base := su.direct[i%2]
+				if killed.Load() {
+					base = su.direct[1]
+				}
+				id, err := getID(hc, base, su.httpToken)
+				if err != nil {
+					failed++
+					continue
+				}
+				mine = append(mine, id)
+			}
+			mu.Lock()
+			su.httpIDs = append(su.httpIDs, mine...)
+			su.httpFailed += failed
+			mu.Unlock()
+		})
+	}
+	return func() {
+		cancel()
+		wg.Wait()
+	}
+}
+
+// aloneRuns runs each program with nothing else asking, through the
+// proxies without losses: close must give back every ID it did not print,
+// so the tag's max_id is the last ID it printed.
+func (su *suite) aloneRuns(ready []program) {
+	t := su.t
 	for _, p := range ready {
-		tok := tokens[p.lang][tokAlone]
-		r := newRun(p, "alone", 0, aloneCount, tok)
-		r.execute(p, slices.Clone(proxyURLs), tok)
+		tok := su.tokens[p.lang][tokAlone]
+		r := su.newRun(p, "alone", 0, aloneCount, tok)
+		r.execute(p, slices.Clone(su.proxyURLs), tok)
 		if r.err != nil {
 			t.Fatalf("%s", r.failure())
 		}
-		alone[r] = true
+		su.alone[r] = true
 		var maxID int64
-		if err := pool.QueryRow(context.Background(), `SELECT max_id FROM idmint_tags WHERE biz_tag = $1`, tag).Scan(&maxID); err != nil {
+		if err := su.pool.QueryRow(context.Background(), `SELECT max_id FROM idmint_tags WHERE biz_tag = $1`, tag).Scan(&maxID); err != nil {
 			t.Fatal(err)
 		}
 		if top := slices.Max(r.ids); maxID != top {
 			t.Errorf("%s alone: max_id %d after close, the last ID it printed %d: its unused tail was not given back", r.name, maxID, top)
 		}
 	}
+}
 
-	rows := segmentLog(t, pool)
-	rep := check(t, rows, runs, alone, httpIDs)
-	t.Logf("lossy phase: %d replies through the proxies, %d reset after the server answered; %d GET /id answered, %d failed",
-		replies, resets, len(httpIDs), httpFailed.Load())
-	if resets == 0 {
-		t.Errorf("the proxies reset no reply: the run proved nothing about lost replies")
-	}
-	t.Logf("%d IDs in all (%d from GET /id), 0 duplicates; %d ranges in the segment log, none overlapping; %d granted to %d client runs, checked for being received exactly once (%d given back at close, %d unused tails left as gaps)",
-		rep.ids, len(httpIDs), len(rows), rep.clientRanges, rep.runs, rep.givenBack, rep.gaps)
-	// Speed: each client alone on the surviving instance, on a tag of the
-	// default max_step, so that the figure is the client's and not that of
-	// the round trips of the small ranges above.
+// speed runs each program alone on the surviving instance, on a tag of the
+// default max_step, so that the figure is the client's and not that of the
+// round trips of the lossy phase's small ranges, and prints each client's
+// throughput in both.
+func (su *suite) speed(ready []program) {
+	t := su.t
 	for _, p := range ready {
-		r := &run{lang: p.lang, tag: speedTag, name: p.lang + "/speed/0", count: s.speed}
-		r.execute(p, direct[1:], tokens[p.lang][tokSpeed])
+		r := &run{lang: p.lang, tag: speedTag, name: p.lang + "/speed/0", count: su.s.speed}
+		r.execute(p, su.direct[1:], su.tokens[p.lang][tokSpeed])
 		if r.err != nil {
 			t.Fatalf("%s", r.failure())
 		}
@@ -651,15 +726,15 @@ func TestConformance(t *testing.T) {
 		var lossyIDs int
 		var lossySecs float64
 		var n int
-		for _, r := range runs {
-			if r.lang == p.lang && strings.Contains(r.name, "/lossy") {
-				lossyIDs += len(r.ids)
-				lossySecs += r.seconds
+		for _, l := range su.runs {
+			if l.lang == p.lang && strings.Contains(l.name, "/lossy") {
+				lossyIDs += len(l.ids)
+				lossySecs += l.seconds
 				n++
 			}
 		}
 		fmt.Printf("conformance: %-7s %10.0f IDs/s from %d threads alone (%d IDs); %9.0f IDs/s in %d lossy runs of %d IDs (max_step %d, 5%% of replies reset, an instance killed)\n",
-			p.lang, float64(len(r.ids))/r.seconds, threads, len(r.ids), float64(lossyIDs)/lossySecs, n, s.count, maxStep)
+			p.lang, float64(len(r.ids))/r.seconds, threads, len(r.ids), float64(lossyIDs)/lossySecs, n, su.s.count, maxStep)
 	}
 }
 
