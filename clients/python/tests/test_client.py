@@ -173,6 +173,26 @@ class TestClient(ServerTest):
         with idmint.Client(self.server.url, token=self.ids_token) as c2:
             self.assertEqual(c2.next(tag), 151)
 
+    def test_floor_repairs_a_rollback(self) -> None:
+        tag = self.new_tag(step=100, max_step=100)
+        with idmint.Client(self.server.url, token=self.ids_token) as c:
+            first = c.next_n(tag, 5)  # [1, 100] held, no prefetch yet
+            # The database goes back in time: a restore from before the grant.
+            path = self.server.db.removeprefix("sqlite://")
+            with sqlite3.connect(path) as db:
+                db.execute("UPDATE idmint_tags SET max_id = 0 WHERE biz_tag = ?", (tag,))
+                db.execute("DELETE FROM idmint_segments WHERE biz_tag = ?", (tag,))
+            rest = c.next_n(tag, 200)
+            st = c.stats()["tags"][tag]
+        ids = first + rest
+        self.assertEqual(len(set(ids)), len(ids), "no ID twice")
+        self.assertEqual(ids[:100], list(range(1, 101)))
+        self.assertGreater(min(ids[100:]), 100)
+        # The floor sent with the request raised max_id first: no range at
+        # or below it was granted, so none had to be refused.
+        self.assertEqual(st["refused_ranges"], 0)
+        self.assertGreater(min(r[1] for r in self.segments(tag)), 100)
+
     def test_fails_over_to_the_next_url(self) -> None:
         tag = self.new_tag()
         with idmint.Client([closed_port_url(), self.server.url], token=self.ids_token) as c:
