@@ -8,7 +8,7 @@ GO    ?= go
 IMAGE ?= idmint:dev
 BIN   ?= bin/idmint
 
-.PHONY: run dev-certs tools test test-helm bench bench-http lint generate proto-baseline build image drill drill-ha drill-far drill-failover drill-runway fuzz mutate
+.PHONY: run dev-certs tools test test-helm test-clients bench bench-http lint generate proto-baseline build image drill drill-ha drill-far drill-failover drill-runway fuzz mutate
 
 # run builds the binary and execs it rather than `go run`: go run exits 1
 # after an interrupt whatever its child answered, so a clean Ctrl-C ended in
@@ -53,6 +53,21 @@ test:
 	sort -u "$$report" | awk -F'\t' "$$REPORT_AWK" | sort -b -k2,2 -k3,3; \
 	rm -f "$$report"; exit $$rc
 	$(MAKE) --no-print-directory test-helm
+
+# test-clients runs the conformance suite of every client (internal/conformance
+# TestConformance, docs/clients.md): each clients/LANG/conformance present
+# against two idmint serve processes on PostgreSQL behind lossy proxies, an
+# instance SIGKILLed mid-run, checked against the segment log, with each
+# client's throughput; then the Python client's own tests. CLIENTS (default
+# all) picks the languages, e.g. make test-clients CLIENTS=python runs one
+# client alone; REQUIRE_CLIENTS fails the run when one of those cannot run
+# (CI requires every client in the tree). Not part of make test: it takes a
+# minute or more with every client.
+CLIENTS         ?= all
+REQUIRE_CLIENTS ?=
+test-clients:
+	IDMINT_TEST_CLIENTS='$(CLIENTS)' IDMINT_TEST_REQUIRE_CLIENTS='$(REQUIRE_CLIENTS)' \
+	$(GO) test -count=1 -v -timeout 20m -run '^(TestConformance|TestPythonClient)$$' ./internal/conformance
 
 # fuzz runs each fuzz target for FUZZTIME (CI runs it after the tests):
 # request parsing, token parsing, the token check of the HTTP API, the range
