@@ -35,6 +35,13 @@ final class TagBuffer {
     /** How long close waits for a load in flight to end by itself. */
     private static final long CLOSE_WAIT_NANOS = TimeUnit.SECONDS.toNanos(2);
 
+    /** Logs a message formatted with String.format (never the holder key), if the level is on. */
+    private static void log(Level level, String format, Object... args) {
+        if (LOG.isLoggable(level)) {
+            LOG.log(level, String.format(format, args));
+        }
+    }
+
     /** Settings every tag's buffer uses (see IdmintClient.Builder). */
     record Settings(Duration waitTimeout, Duration maxWait, Duration loadTimeout, Duration attemptTimeout,
             Duration retryMin, Duration retryMax, Duration minBackoff, Duration maxBackoff, Duration period,
@@ -402,7 +409,7 @@ final class TagBuffer {
                 if (cancelled || System.nanoTime() + wait - deadline > 0 || !sleep(wait)) {
                     if (uncertain) {
                         keep(req);
-                        LOG.log(Level.WARNING, "idmint: segment allocation unsettled; a next load resumes it: biz_tag={0} request_id={1}",
+                        log(Level.WARNING, "idmint: segment allocation unsettled; a next load resumes it: biz_tag=%s request_id=%s",
                                 tag, req.id());
                     }
                     String msg = "tag \"" + tag + "\": no instance granted a range (after " + attempt + " attempts"
@@ -417,7 +424,7 @@ final class TagBuffer {
                 g = instances.grant(req, floor());
             } catch (ApiError e) {
                 if (e.notOurs()) {
-                    LOG.log(Level.WARNING, "idmint: request settled without a range for this client; going on with a new one: biz_tag={0} request_id={1}: {2}",
+                    log(Level.WARNING, "idmint: request settled without a range for this client; going on with a new one: biz_tag=%s request_id=%s: %s",
                             tag, req.id(), e.getMessage());
                     req = Request.fresh(tag, size);
                     uncertain = false;
@@ -440,7 +447,7 @@ final class TagBuffer {
                 throw new UnavailableException("tag \"" + tag + "\": load interrupted", 0, null, tag, cfg.minBackoff(), e);
             }
             if (g.recovered() && settledGap(g)) {
-                LOG.log(Level.WARNING, "idmint: ABANDONED ids: granted to a request whose reply was lost, found only after the tag was granted more (a gap): biz_tag={0} first={1} last={2}",
+                log(Level.WARNING, "idmint: ABANDONED ids: granted to a request whose reply was lost, found only after the tag was granted more (a gap): biz_tag=%s first=%s last=%s",
                         tag, g.first(), g.last());
                 req = Request.fresh(tag, size);
                 uncertain = false;
@@ -449,7 +456,7 @@ final class TagBuffer {
             }
             granted(req, g);
             if (g.recovered()) {
-                LOG.log(Level.INFO, "idmint: RECOVERED segment by request id after a lost reply: biz_tag={0} request_id={1} first={2} last={3}",
+                log(Level.INFO, "idmint: RECOVERED segment by request id after a lost reply: biz_tag=%s request_id=%s first=%s last=%s",
                         tag, req.id(), g.first(), g.last());
             }
             return g;
@@ -488,7 +495,7 @@ final class TagBuffer {
         try {
             if (pending.size() >= MAX_PENDING) {
                 Request dropped = pending.pollFirst();
-                LOG.log(Level.WARNING, "idmint: ABANDONED request: too many unsettled requests for the tag; if it committed, its range is a gap (the segment log has it): biz_tag={0} request_id={1}",
+                log(Level.WARNING, "idmint: ABANDONED request: too many unsettled requests for the tag; if it committed, its range is a gap (the segment log has it): biz_tag=%s request_id=%s",
                         tag, dropped.id());
             }
             pending.addLast(req);
@@ -530,7 +537,7 @@ final class TagBuffer {
                 err = new UnavailableException(String.format(
                         "tag \"%s\": granted range [%d, %d] (request %s) is at or below ids already granted (%d): the database went back in time; refused",
                         tag, g.first(), g.last(), g.requestId(), highest), 503, "rolled_back", tag, cfg.minBackoff(), null);
-                LOG.log(Level.ERROR, "idmint: REFUSED segment: {0}", err.getMessage());
+                log(Level.ERROR, "idmint: REFUSED segment: %s", err.getMessage());
             }
             if (err != null) {
                 failedLocked(err);
@@ -646,24 +653,24 @@ final class TagBuffer {
                 if (e instanceof InterruptedException) {
                     Thread.currentThread().interrupt();
                 }
-                LOG.log(Level.WARNING, "idmint: could not give back unused ids; they stay a gap: biz_tag={0} first={1} last={2}: {3}",
+                log(Level.WARNING, "idmint: could not give back unused ids; they stay a gap: biz_tag=%s first=%s last=%s: %s",
                         tag, r[0], r[1], e.getMessage());
                 err = e;
                 break;
             }
             if (!back) {
-                LOG.log(Level.INFO, "idmint: did not give back unused ids: the tag was granted more since; they stay a gap: biz_tag={0} first={1} last={2}",
+                log(Level.INFO, "idmint: did not give back unused ids: the tag was granted more since; they stay a gap: biz_tag=%s first=%s last=%s",
                         tag, r[0], r[1]);
                 break;
             }
-            LOG.log(Level.DEBUG, "idmint: gave back unused ids: biz_tag={0} first={1} last={2}", tag, r[0], r[1]);
+            log(Level.DEBUG, "idmint: gave back unused ids: biz_tag=%s first=%s last=%s", tag, r[0], r[1]);
             unused.remove(unused.size() - 1);
             if (unused.isEmpty() || unused.get(unused.size() - 1)[1] + 1 != r[0]) {
                 break;
             }
         }
         for (long[] r : unused) {
-            LOG.log(Level.WARNING, "idmint: ABANDONED ids: granted but never handed out (a gap): biz_tag={0} first={1} last={2}",
+            log(Level.WARNING, "idmint: ABANDONED ids: granted but never handed out (a gap): biz_tag=%s first=%s last=%s",
                     tag, r[0], r[1]);
         }
         return err;
@@ -701,13 +708,13 @@ final class TagBuffer {
         for (Request req : reqs) {
             try {
                 Grant g = instances.grant(req, 0);
-                LOG.log(Level.WARNING, "idmint: ABANDONED ids: granted to a request unsettled at close (a gap): biz_tag={0} request_id={1} first={2} last={3}",
+                log(Level.WARNING, "idmint: ABANDONED ids: granted to a request unsettled at close (a gap): biz_tag=%s request_id=%s first=%s last=%s",
                         tag, req.id(), g.first(), g.last());
             } catch (Exception e) {
                 if (e instanceof InterruptedException) {
                     Thread.currentThread().interrupt();
                 }
-                LOG.log(Level.WARNING, "idmint: ABANDONED request: unsettled at close; if it committed, its range is a gap (the segment log has it): biz_tag={0} request_id={1}: {2}",
+                log(Level.WARNING, "idmint: ABANDONED request: unsettled at close; if it committed, its range is a gap (the segment log has it): biz_tag=%s request_id=%s: %s",
                         tag, req.id(), e.getMessage());
             }
         }
