@@ -52,12 +52,19 @@ public final class IdmintClient implements AutoCloseable {
     private final TagBuffer.Settings settings;
     private final Instances instances;
     private final ExecutorService loads;
+    /** Bounds the tags remembered as unknown; past it a new one is not remembered (nor given a buffer). */
+    private static final int MAX_UNKNOWN = 10_000;
+
     private final Map<String, TagBuffer> buffers = new ConcurrentHashMap<>();
+    /** Tags the instances do not know, until when (System.nanoTime) they are answered from memory. */
+    private final Map<String, Long> unknown = new ConcurrentHashMap<>();
+    private final ExecutorService http;
     private volatile boolean closed;
 
-    private IdmintClient(Builder b, HttpClient http, ExecutorService loads) {
+    private IdmintClient(Builder b, HttpClient client, ExecutorService http, ExecutorService loads) {
         this.settings = b.settings();
-        this.instances = new Instances(b.urls, http, b.token, b.attemptTimeout());
+        this.instances = new Instances(b.urls, client, b.token, b.attemptTimeout());
+        this.http = http;
         this.loads = loads;
     }
 
@@ -79,7 +86,11 @@ public final class IdmintClient implements AutoCloseable {
         if (b == null) {
             b = buffer(tag);
         }
-        return b.next();
+        try {
+            return b.next();
+        } catch (UnknownTagException e) {
+            throw forget(tag, b, e);
+        }
     }
 
     /**
@@ -95,8 +106,34 @@ public final class IdmintClient implements AutoCloseable {
             b = buffer(tag);
         }
         long[] out = new long[n];
-        b.nextN(out);
+        try {
+            b.nextN(out);
+        } catch (UnknownTagException e) {
+            throw forget(tag, b, e);
+        }
         return out;
+    }
+
+    /**
+     * Drops the buffer of a tag the instances do not know, when it never held a range, and remembers
+     * the tag as unknown for a while instead: made-up tags leave no buffer behind. Returns e.
+     */
+    private UnknownTagException forget(String tag, TagBuffer b, UnknownTagException e) {
+        if (b.stats().loads() == 0 && buffers.remove(tag, b)) {
+            long now = System.nanoTime();
+            if (unknown.size() >= MAX_UNKNOWN) {
+                unknown.values().removeIf(until -> until - now <= 0);
+            }
+            if (unknown.size() < MAX_UNKNOWN) {
+                unknown.put(tag, now + TagBuffer.UNKNOWN_TTL_NANOS);
+            }
+            try {
+                loads.execute(b::close);
+            } catch (RuntimeException closing) {
+                // the client is closing: its close closes no dropped buffer, and this one holds no range
+            }
+        }
+        return e;
     }
 
     private TagBuffer buffer(String tag) {
@@ -107,6 +144,13 @@ public final class IdmintClient implements AutoCloseable {
             String shown = tag == null ? "null" : tag.length() > 80 ? tag.substring(0, 80) + "…" : tag;
             throw new InvalidTagException("invalid biz_tag: \"" + shown
                     + "\": want 1-64 of [A-Za-z0-9_.:-], starting with a letter or digit", 0, "invalid_biz_tag", tag);
+        }
+        Long until = unknown.get(tag);
+        if (until != null) {
+            if (until - System.nanoTime() > 0) {
+                throw new UnknownTagException("unknown biz_tag: \"" + tag + "\" (answered from memory)", 404, "unknown_tag", tag);
+            }
+            unknown.remove(tag, until);
         }
         TagBuffer b = buffers.computeIfAbsent(tag, t -> new TagBuffer(t, settings, instances, loads));
         if (closed) {
@@ -170,6 +214,7 @@ public final class IdmintClient implements AutoCloseable {
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
         }
+        http.shutdown();
     }
 
     /** Builder configures an IdmintClient. Unset settings take the defaults named. */
@@ -370,21 +415,27 @@ public final class IdmintClient implements AutoCloseable {
                 }
             }
             ExecutorService loads = Executors.newCachedThreadPool(daemons("idmint-load-"));
+            ExecutorService http = Executors.newCachedThreadPool(daemons("idmint-http-"));
             HttpClient.Builder hb = HttpClient.newBuilder()
                     .version(HttpClient.Version.HTTP_1_1)
                     .connectTimeout(connectTimeout)
                     .followRedirects(HttpClient.Redirect.NEVER)
-                    .executor(Executors.newCachedThreadPool(daemons("idmint-http-")));
+                    .executor(http);
             if (ctx != null) {
                 SSLParameters params = ctx.getDefaultSSLParameters();
                 params.setProtocols(new String[] {"TLSv1.3", "TLSv1.2"});
                 hb.sslContext(ctx).sslParameters(params);
             }
-            IdmintClient c = new IdmintClient(this, hb.build(), loads);
+            IdmintClient c = new IdmintClient(this, hb.build(), http, loads);
             for (String tag : preload) {
                 try {
                     TagBuffer b = c.buffers.get(tag);
-                    (b != null ? b : c.buffer(tag)).ready();
+                    b = b != null ? b : c.buffer(tag);
+                    try {
+                        b.ready();
+                    } catch (UnknownTagException e) {
+                        throw c.forget(tag, b, e);
+                    }
                 } catch (RuntimeException e) {
                     c.close();
                     throw e;

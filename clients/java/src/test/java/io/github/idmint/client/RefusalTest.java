@@ -53,6 +53,7 @@ class RefusalTest {
                 RefusedException again = assertThrows(UnknownTagException.class, () -> c.nextN("nope", 3));
                 assertEquals("unknown_tag", again.code());
                 assertEquals(before + 1, proxy.grants().size(), "an unknown tag is answered from memory");
+                assertTrue(c.stats().tags().stream().noneMatch(t -> t.tag().equals("nope")), "a made-up tag leaves no buffer");
 
                 before = proxy.grants().size();
                 InvalidTagException i = assertThrows(InvalidTagException.class, () -> c.next("no spaces"));
