@@ -39,7 +39,7 @@ final class Proxy implements AutoCloseable {
     private static final Pattern REQUEST_ID = Pattern.compile("\"request_id\":\"([^\"]+)\"");
 
     private final ServerSocket listener;
-    private final int target;
+    private volatile int target;
     private final ExecutorService pool = Executors.newCachedThreadPool(r -> {
         Thread t = new Thread(r, "proxy");
         t.setDaemon(true);
@@ -53,6 +53,11 @@ final class Proxy implements AutoCloseable {
         this.target = targetPort;
         this.listener = new ServerSocket(0, 50, InetAddress.getLoopbackAddress());
         pool.execute(this::accept);
+    }
+
+    /** Sends the next requests to another port. */
+    void target(int port) {
+        this.target = port;
     }
 
     /** Sets the policy: it gets the index of each range request (POST /v1/segments), from 0. */
