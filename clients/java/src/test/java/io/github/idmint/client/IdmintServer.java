@@ -20,7 +20,7 @@ import java.util.regex.Pattern;
  * loopback port of its own. The binary is built once per test run from the repository ({@code go
  * build -o target/idmint ../../cmd/idmint}), unless IDMINT_BIN names one.
  */
-final class IdmintServer implements AutoCloseable {
+public final class IdmintServer implements AutoCloseable {
     private static final Pattern LISTEN = Pattern.compile("\"listen\":\"([^\"]+)\"");
     private static Path binary;
 
@@ -35,7 +35,7 @@ final class IdmintServer implements AutoCloseable {
     }
 
     /** Returns the idmint binary, building it on first use. */
-    static synchronized Path binary() throws IOException, InterruptedException {
+    public static synchronized Path binary() throws IOException, InterruptedException {
         if (binary != null) {
             return binary;
         }
@@ -67,12 +67,12 @@ final class IdmintServer implements AutoCloseable {
     }
 
     /** Returns the --database-url of the SQLite file in dir. */
-    static String database(Path dir) {
+    public static String database(Path dir) {
         return "sqlite://" + dir.resolve("idmint.db").toAbsolutePath();
     }
 
     /** Runs {@code idmint ARGS --database-url …} on dir's database and returns its stdout. */
-    static String cli(Path dir, String... args) throws IOException, InterruptedException {
+    public static String cli(Path dir, String... args) throws IOException, InterruptedException {
         List<String> cmd = new ArrayList<>(Arrays.asList(args));
         cmd.add("--database-url");
         cmd.add(database(dir));
@@ -80,7 +80,7 @@ final class IdmintServer implements AutoCloseable {
     }
 
     /** Runs {@code idmint ARGS} and returns its stdout. */
-    static String run(String... args) throws IOException, InterruptedException {
+    public static String run(String... args) throws IOException, InterruptedException {
         List<String> cmd = new ArrayList<>();
         cmd.add(binary().toString());
         cmd.addAll(Arrays.asList(args));
@@ -93,12 +93,12 @@ final class IdmintServer implements AutoCloseable {
     }
 
     /** Creates tag with the given step and max_step in dir's database. */
-    static void createTag(Path dir, String tag, long step, long maxStep) throws IOException, InterruptedException {
+    public static void createTag(Path dir, String tag, long step, long maxStep) throws IOException, InterruptedException {
         cli(dir, "tag", "create", tag, "--step", Long.toString(step), "--max-step", Long.toString(maxStep));
     }
 
     /** Makes a bearer token with the scopes in dir's database and returns it. */
-    static String createToken(Path dir, String scopes) throws IOException, InterruptedException {
+    public static String createToken(Path dir, String scopes) throws IOException, InterruptedException {
         String out = cli(dir, "token", "create", "--name", "test", "--scope", scopes);
         return out.lines().filter(l -> l.startsWith("idm_")).findFirst().orElseThrow(() -> new IOException("no token in: " + out));
     }
@@ -108,7 +108,7 @@ final class IdmintServer implements AutoCloseable {
      * returns it. Range requests are not rate limited, so that tiny steps can be tested; its log
      * goes to dir/serve.log.
      */
-    static IdmintServer start(Path dir, String... extra) throws IOException, InterruptedException {
+    public static IdmintServer start(Path dir, String... extra) throws IOException, InterruptedException {
         List<String> cmd = new ArrayList<>(List.of(binary().toString(), "serve",
                 "--database-url", database(dir),
                 "--listen", "127.0.0.1:0",
@@ -146,12 +146,12 @@ final class IdmintServer implements AutoCloseable {
     }
 
     /** Returns the server's port. */
-    int port() {
+    public int port() {
         return Integer.parseInt(address.substring(address.lastIndexOf(':') + 1));
     }
 
     /** Returns the server's base URL (https://localhost:PORT when it serves TLS, for its certificate's name). */
-    String url() {
+    public String url() {
         return tls ? "https://localhost:" + port() : "http://" + address;
     }
 
