@@ -106,6 +106,26 @@ final class TagBuffer {
         }
     }
 
+    /**
+     * Waiter is a caller queued for IDs from the next ranges: a range that arrives serves the
+     * waiters first, in turn, before anyone else can take from it. The lock holder that serves it
+     * sets got and served, and takes it off the queue.
+     */
+    private static final class Waiter {
+        final long[] out;
+        final int off;
+        final int n; // IDs wanted; 0 waits only for an ID to be there (ready)
+        int got;
+        boolean served;
+        boolean queued = true;
+
+        Waiter(long[] out, int off, int n) {
+            this.out = out;
+            this.off = off;
+            this.n = n;
+        }
+    }
+
     /** A request and the last ID of the range it was granted: close gives back a tail with it. */
     private record Granted(Request req, long last) {}
 
@@ -151,6 +171,8 @@ final class TagBuffer {
     private final ArrayDeque<Request> pending = new ArrayDeque<>();
     /** The requests of the last ranges granted, newest last. */
     private final ArrayDeque<Granted> grants = new ArrayDeque<>();
+    /** The callers waiting for the next range, first come first. */
+    private final ArrayDeque<Waiter> waiters = new ArrayDeque<>();
 
     TagBuffer(String tag, Settings cfg, Instances instances, ExecutorService loads) {
         this.tag = tag;
@@ -220,38 +242,55 @@ final class TagBuffer {
         long deadline = now + cfg.waitTimeout().toNanos();
         long limit = now + Math.max(cfg.maxWait().toNanos(), cfg.waitTimeout().toNanos());
         boolean started = false; // this caller started the load in flight: it waits for it
+        Waiter w = null; // queued for the next ranges once it must wait
         lock.lock();
         try {
             long seen = loadCount;
             for (;;) {
+                if (w != null && w.served) {
+                    return w.got;
+                }
                 if (closed) {
+                    dequeueLocked(w);
                     throw new ClientClosedException(tag);
                 }
                 int k = takeLocked(out, off, n);
                 if (k > 0) {
+                    dequeueLocked(w);
                     return k;
                 }
                 if (!loading) {
-                    failFastLocked();
-                    startLoadLocked();
+                    try {
+                        failFastLocked();
+                        startLoadLocked();
+                    } catch (RuntimeException e) {
+                        dequeueLocked(w);
+                        throw e;
+                    }
                     started = true;
                 } else if (lastErr != null && !started) {
                     // The last load failed and its retry is in flight: the caller that started it
                     // waits; the others fail fast instead of piling up.
+                    dequeueLocked(w);
                     throw unavailable(Math.max(backoffNanos, cfg.minBackoff().toNanos()), lastErr);
+                }
+                if (w == null) {
+                    w = new Waiter(out, off, n);
+                    waiters.addLast(w);
                 }
                 starved = true;
                 now = System.nanoTime();
                 if (loadCount != seen) {
-                    // Ranges arrived and went to other callers: wait for the next one.
+                    // Ranges arrived and went to the callers queued before: wait for the next one.
                     seen = loadCount;
                     deadline = now + cfg.waitTimeout().toNanos();
                 }
                 long wait = Math.min(deadline, limit) - now;
                 if (wait <= 0) {
+                    dequeueLocked(w);
                     String why = deadline - limit <= 0
                             ? "no range within " + cfg.waitTimeout().toMillis() + "ms"
-                            : "no ids within " + cfg.maxWait().toMillis() + "ms: the ranges that arrived went to other callers";
+                            : "no ids within " + cfg.maxWait().toMillis() + "ms: the ranges that arrived went to callers queued before";
                     throw new UnavailableException("tag \"" + tag + "\": " + why, 0, null, tag,
                             cfg.minBackoff(), lastErr);
                 }
@@ -259,12 +298,49 @@ final class TagBuffer {
                     changed.awaitNanos(wait);
                 } catch (InterruptedException e) {
                     Thread.currentThread().interrupt();
+                    if (w.served) {
+                        return w.got; // those IDs are the caller's: handing them out beats a gap
+                    }
+                    dequeueLocked(w);
                     throw new UnavailableException("tag \"" + tag + "\": interrupted while waiting for a range", 0, null,
                             tag, Duration.ZERO, e);
                 }
             }
         } finally {
             lock.unlock();
+        }
+    }
+
+    /** Takes w, if queued, off the waiters. */
+    private void dequeueLocked(Waiter w) {
+        if (w != null && w.queued) {
+            waiters.remove(w);
+            w.queued = false;
+        }
+    }
+
+    /**
+     * Hands the waiters, first come first, their IDs from sp, a range not yet published: nobody else
+     * can take from it yet. It stops at the first waiter sp cannot serve, which keeps its turn.
+     */
+    private void serveWaitersLocked(Span sp) {
+        while (!waiters.isEmpty()) {
+            Waiter w = waiters.peekFirst();
+            if (w.n == 0) {
+                if (sp.used() >= sp.size()) {
+                    return;
+                }
+                w.got = 1;
+            } else {
+                int k = sp.takeN(w.out, w.off, w.n);
+                if (k == 0) {
+                    return;
+                }
+                w.got = k;
+            }
+            w.served = true;
+            w.queued = false;
+            waiters.pollFirst();
         }
     }
 
@@ -582,7 +658,14 @@ final class TagBuffer {
         Span c = cur;
         next = sp;
         if (c == null || c.used() >= c.size()) {
+            // The callers waiting for this range come first; the lock-free takers get what they
+            // leave once it is published.
+            serveWaitersLocked(sp);
             switchLocked();
+            if (sp.next.get() > sp.prefetchAt) {
+                // The waiters took the threshold, or all of it: the next load is due now.
+                startLoadLocked();
+            }
         } else {
             wantLoad = false;
         }

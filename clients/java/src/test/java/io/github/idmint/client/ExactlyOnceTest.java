@@ -78,6 +78,40 @@ class ExactlyOnceTest {
     }
 
     /**
+     * A tag starved by a tiny max_step (5 IDs a range) under sixteen threads: the waiters are served
+     * in turn from the ranges that arrive, so no call fails while ranges keep arriving.
+     */
+    @Test
+    void starvedTagServesWaitersInTurn() throws Exception {
+        IdmintServer.createTag(dir, "tiny", 1, 5);
+        try (IdmintServer server = IdmintServer.start(dir);
+                IdmintClient c = IdmintClient.builder().urls(server.url()).build()) {
+            int perThread = 100;
+            long[][] ids = new long[16][perThread];
+            ConcurrentLinkedQueue<Throwable> failures = new ConcurrentLinkedQueue<>();
+            List<Thread> threads = new ArrayList<>();
+            for (long[] mine : ids) {
+                threads.add(new Thread(() -> {
+                    try {
+                        for (int i = 0; i < perThread; i++) {
+                            mine[i] = c.next("tiny");
+                        }
+                    } catch (Throwable e) {
+                        failures.add(e);
+                    }
+                }));
+            }
+            threads.forEach(Thread::start);
+            for (Thread t : threads) {
+                t.join(120_000);
+            }
+            assertTrue(failures.isEmpty(), () -> "calls failed: " + failures);
+            long[] all = Arrays.stream(ids).flatMapToLong(Arrays::stream).sorted().toArray();
+            assertEquals(16 * perThread, Arrays.stream(all).distinct().count(), "every id once");
+        }
+    }
+
+    /**
      * The reply to the first range request is lost after the instance granted it: the client sends
      * the same request ID again and serves that very range, recovered, not a second one.
      */
