@@ -8,7 +8,7 @@ GO    ?= go
 IMAGE ?= idmint:dev
 BIN   ?= bin/idmint
 
-.PHONY: run dev-certs tools test test-helm test-clients bench bench-http lint generate proto-baseline build image drill drill-ha drill-far drill-failover drill-runway fuzz mutate
+.PHONY: run dev-certs tools test test-helm test-clients test-java bench bench-http lint generate proto-baseline build image drill drill-ha drill-far drill-failover drill-runway fuzz mutate
 
 # run builds the binary and execs it rather than `go run`: go run exits 1
 # after an interrupt whatever its child answered, so a clean Ctrl-C ended in
@@ -223,6 +223,14 @@ drill-runway:
 # Not run by CI: run it after changing the core or its tests.
 mutate:
 	scripts/mutate.sh $(MUTATIONS)
+
+# test-java runs the Java client's tests (clients/java) offline: Maven with
+# -o, from Debian's Maven repository (clients/java/.mvn/maven.config; .ci/run
+# installs the packages, install_java_packages), against a real idmint serve
+# on SQLite built here. Surefire stops a test JVM after 10 minutes.
+test-java:
+	$(GO) build -o clients/java/target/idmint ./cmd/idmint
+	cd clients/java && IDMINT_BIN=$$PWD/target/idmint mvn -o -B -ntp test
 
 # test-helm renders the Helm chart (deploy/helm/idmint) with Helm's Go
 # library, lints it and decodes every object strictly into the Kubernetes
