@@ -50,6 +50,19 @@ func (s *Set) askOf(tag string, last int64) (Ask, bool) {
 	return s.tags[tag].askOfLocked(last)
 }
 
+// askOfLocked returns the ask of the range that ends at last.
+func (t *tagState) askOfLocked(last int64) (Ask, bool) {
+	if t == nil {
+		return Ask{}, false
+	}
+	for _, g := range t.grants {
+		if g.last == last {
+			return g.ask, true
+		}
+	}
+	return Ask{}, false
+}
+
 // settlePending looks up, once, every ask still unsettled at Close: a
 // range committed for it is never served, and is logged and counted as
 // abandoned; one not found (or not reachable) is logged as an abandoned
@@ -75,6 +88,13 @@ func (s *Set) settlePending(ctx context.Context) {
 	}
 }
 
+// takePendingLocked takes every unsettled ask of the tag, oldest first.
+func (t *tagState) takePendingLocked() []*Ask {
+	p := t.pending
+	t.pending = nil
+	return p
+}
+
 // abandon logs and counts unused ranges of a buffer that nobody serves any
 // more.
 func (s *Set) abandon(tag string, unused []Range) {
@@ -91,15 +111,13 @@ func (s *Set) abandon(tag string, unused []Range) {
 	s.mu.Unlock()
 }
 
+// abandonedLocked counts n IDs of the tag that nobody serves any more.
+func (t *tagState) abandonedLocked(n int64) {
+	t.gaps += n
+}
+
 // logAbandoned logs granted IDs that will never be handed out.
 func (s *Set) logAbandoned(tag string, r Range) {
 	s.cfg.Logger.Warn("ABANDONED ids: granted but never handed out (a gap)",
 		"biz_tag", tag, "first", r.First, "last", r.Last, "count", r.Len())
-}
-
-// abandonedRequest logs an unsettled ask given up for good. Its range,
-// if it committed, is unknown here: the source's log has it.
-func (s *Set) abandonedRequest(ask Ask, why string) {
-	s.cfg.Logger.Warn("ABANDONED request: "+why+"; if it committed, its range is a gap (the segment log has it)",
-		"biz_tag", ask.Tag, "request_id", ask.ID.String())
 }

@@ -299,6 +299,28 @@ func (s *Set) nextAsk(tag string, size int64, now time.Time) (Ask, bool, error) 
 	return ask, false, nil
 }
 
+// oldestPendingLocked takes the oldest unsettled ask out of the tag's
+// pending ones, nil when there is none. Taken out, no second load can
+// resume it at the same time.
+func (t *tagState) oldestPendingLocked() *Ask {
+	if len(t.pending) == 0 {
+		return nil
+	}
+	p := t.pending[0]
+	t.pending = t.pending[1:]
+	if len(t.pending) == 0 {
+		t.pending = nil
+	}
+	return p
+}
+
+// abandonedRequest logs an unsettled ask given up for good. Its range,
+// if it committed, is unknown here: the source's log has it.
+func (s *Set) abandonedRequest(ask Ask, why string) {
+	s.cfg.Logger.Warn("ABANDONED request: "+why+"; if it committed, its range is a gap (the segment log has it)",
+		"biz_tag", ask.Tag, "request_id", ask.ID.String())
+}
+
 // newHolderKey returns a fresh holder key: 32 random bytes in unpadded
 // base64url.
 func newHolderKey() string {
@@ -327,6 +349,18 @@ func (s *Set) keep(ask Ask) {
 	}
 }
 
+// keepLocked adds p, an unsettled ask, to the tag's pending ones. When
+// maxPending are kept already, the oldest makes room and is returned, to be
+// logged as abandoned; nil otherwise.
+func (t *tagState) keepLocked(p *Ask) (dropped *Ask) {
+	if len(t.pending) >= maxPending {
+		dropped = t.pending[0]
+		t.pending = t.pending[1:]
+	}
+	t.pending = append(t.pending, p)
+	return dropped
+}
+
 // settledGap reports whether g, found by lookup, is a gap of tag's (see
 // tagState.settledGapLocked), and counts it.
 func (s *Set) settledGap(tag string, g Grant) bool {
@@ -335,10 +369,36 @@ func (s *Set) settledGap(tag string, g Grant) bool {
 	return s.stateLocked(tag).settledGapLocked(g.Range)
 }
 
+// settledGapLocked reports whether r, found by lookup, ends at or below
+// the floor: then the tag moved past it, no buffer can serve it, and it is
+// counted as abandoned. (A range that overlaps the floor is no gap: the
+// buffer refuses it as a rollback.)
+func (t *tagState) settledGapLocked(r Range) bool {
+	if r.Last > t.floor {
+		return false
+	}
+	t.gaps += r.Len()
+	return true
+}
+
 // granted raises the floor of the tag's next asks past g and keeps ask
 // for the give-back of g's tail.
 func (s *Set) granted(tag string, ask Ask, g Grant) {
 	s.mu.Lock()
 	s.stateLocked(tag).grantedLocked(ask, g.Range)
 	s.mu.Unlock()
+}
+
+// grantedLocked raises the floor past r, a range granted to the tag for
+// ask, and keeps ask for r's give-back. A range at or below the floor
+// (from a source that ignores Floor) leaves the floor as it is: the
+// buffer refuses that range.
+func (t *tagState) grantedLocked(ask Ask, r Range) {
+	if r.First > t.floor {
+		t.floor = r.Last
+	}
+	t.grants = append(t.grants, grantedAsk{ask: ask, last: r.Last})
+	if len(t.grants) > keptGrants {
+		t.grants = t.grants[len(t.grants)-keptGrants:]
+	}
 }

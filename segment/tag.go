@@ -48,8 +48,11 @@ type grantedAsk struct {
 // tagState is all a Set keeps for one tag, in one place: whether the tag
 // is served (it has a buffer), forgotten for a while (see forgotten) or
 // neither, its unsettled asks, its recent grants, its floor and its
-// gaps. The pieces change together through the methods below, so that no
-// two of them can disagree about the tag.
+// gaps. The pieces change together through its methods, so that no two
+// of them can disagree about the tag; each method is written beside the
+// concern it serves: the tag's life here, its unsettled asks, floor and
+// settled gaps in load.go, the asks of its grants, its gaps and the asks
+// left at Close in giveback.go.
 //
 // A tagState has no lock of its own: Set.mu protects every field, and
 // every method is called with mu held, for writing except in the readers
@@ -94,19 +97,6 @@ func (t *tagState) gapsLocked() int64 {
 	return t.gaps
 }
 
-// askOfLocked returns the ask of the range that ends at last.
-func (t *tagState) askOfLocked(last int64) (Ask, bool) {
-	if t == nil {
-		return Ask{}, false
-	}
-	for _, g := range t.grants {
-		if g.last == last {
-			return g.ask, true
-		}
-	}
-	return Ask{}, false
-}
-
 // idleLocked reports whether the state holds nothing worth keeping, so that
 // the tag's entry can go.
 func (t *tagState) idleLocked() bool {
@@ -141,71 +131,6 @@ func (t *tagState) rememberedLocked(now time.Time) (f forgotten, ok, cleared boo
 		return forgotten{}, false, true
 	}
 	return *t.gone, true, false
-}
-
-// grantedLocked raises the floor past r, a range granted to the tag for
-// ask, and keeps ask for r's give-back. A range at or below the floor
-// (from a source that ignores Floor) leaves the floor as it is: the
-// buffer refuses that range.
-func (t *tagState) grantedLocked(ask Ask, r Range) {
-	if r.First > t.floor {
-		t.floor = r.Last
-	}
-	t.grants = append(t.grants, grantedAsk{ask: ask, last: r.Last})
-	if len(t.grants) > keptGrants {
-		t.grants = t.grants[len(t.grants)-keptGrants:]
-	}
-}
-
-// settledGapLocked reports whether r, found by lookup, ends at or below
-// the floor: then the tag moved past it, no buffer can serve it, and it is
-// counted as abandoned. (A range that overlaps the floor is no gap: the
-// buffer refuses it as a rollback.)
-func (t *tagState) settledGapLocked(r Range) bool {
-	if r.Last > t.floor {
-		return false
-	}
-	t.gaps += r.Len()
-	return true
-}
-
-// abandonedLocked counts n IDs of the tag that nobody serves any more.
-func (t *tagState) abandonedLocked(n int64) {
-	t.gaps += n
-}
-
-// oldestPendingLocked takes the oldest unsettled ask out of the tag's
-// pending ones, nil when there is none. Taken out, no second load can
-// resume it at the same time.
-func (t *tagState) oldestPendingLocked() *Ask {
-	if len(t.pending) == 0 {
-		return nil
-	}
-	p := t.pending[0]
-	t.pending = t.pending[1:]
-	if len(t.pending) == 0 {
-		t.pending = nil
-	}
-	return p
-}
-
-// takePendingLocked takes every unsettled ask of the tag, oldest first.
-func (t *tagState) takePendingLocked() []*Ask {
-	p := t.pending
-	t.pending = nil
-	return p
-}
-
-// keepLocked adds p, an unsettled ask, to the tag's pending ones. When
-// maxPending are kept already, the oldest makes room and is returned, to be
-// logged as abandoned; nil otherwise.
-func (t *tagState) keepLocked(p *Ask) (dropped *Ask) {
-	if len(t.pending) >= maxPending {
-		dropped = t.pending[0]
-		t.pending = t.pending[1:]
-	}
-	t.pending = append(t.pending, p)
-	return dropped
 }
 
 // stateLocked returns tag's state, adding an empty one for a tag new here;
