@@ -70,7 +70,7 @@ func (c *Config) setDefaults() {
 // concurrent use.
 type Allocator struct {
 	cfg Config
-	// set is the tags' buffers, fed by the store through storeGranter: it
+	// set is the tags' buffers, fed by the store through storeSource: it
 	// keeps each tag's floor, unsettled requests, gaps and why a tag has
 	// no buffer.
 	set *segment.Set
@@ -91,7 +91,7 @@ func New(cfg Config) *Allocator {
 		cfg.Segment.ColdWait = a.coldWait
 	}
 	sc := segment.SetConfig{
-		Granter:    storeGranter{a},
+		Source:     storeSource{a},
 		Buffer:     cfg.Segment,
 		UnknownTTL: cfg.UnknownTTL,
 		RetryMin:   cfg.RetryMin, RetryMax: cfg.RetryMax,

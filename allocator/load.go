@@ -10,17 +10,17 @@ import (
 	"github.com/idmint/idmint/segment"
 )
 
-// storeGranter is the allocator's segment.Granter: the Store, with the
+// storeSource is the allocator's segment.Source: the Store, with the
 // instance's name and floor on every request, the holder rules (a range
 // held by a caller is never served by an instance), replication
 // confirmation (a grant not confirmed on the standbys is not served until
 // a lookup confirms it), and the store's errors classified for the Set.
-type storeGranter struct{ a *Allocator }
+type storeSource struct{ a *Allocator }
 
-var _ segment.Granter = storeGranter{}
+var _ segment.Source = storeSource{}
 
 // Grant allocates one segment for req.
-func (g storeGranter) Grant(ctx context.Context, req segment.Request) (segment.Grant, error) {
+func (g storeSource) Grant(ctx context.Context, req segment.Ask) (segment.Grant, error) {
 	a := g.a
 	start := a.cfg.Now()
 	seg, err := a.allocate(ctx, Request{ID: req.ID, Tag: req.Tag, Size: req.Size, Instance: a.cfg.Instance, Floor: req.Floor})
@@ -51,7 +51,7 @@ func (g storeGranter) Grant(ctx context.Context, req segment.Request) (segment.G
 }
 
 // Lookup finds the segment committed for req.ID.
-func (g storeGranter) Lookup(ctx context.Context, req segment.Request) (segment.Grant, error) {
+func (g storeSource) Lookup(ctx context.Context, req segment.Ask) (segment.Grant, error) {
 	seg, err := g.a.lookup(ctx, req.ID)
 	switch {
 	case err == nil && !seg.Holder.IsZero(), errors.Is(err, ErrGivenBack) && !seg.Holder.IsZero():
@@ -76,7 +76,7 @@ func (g storeGranter) Lookup(ctx context.Context, req segment.Request) (segment.
 // that nobody else was granted an ID above its first, and this instance,
 // closing, hands out none of it. It is bounded as a caller's give-back is
 // (giveBackTimeout), whatever time the close was given.
-func (g storeGranter) GiveBack(ctx context.Context, req segment.Request, r segment.Range) (bool, error) {
+func (g storeSource) GiveBack(ctx context.Context, req segment.Ask, r segment.Range) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, g.a.giveBackTimeout())
 	defer cancel()
 	return g.a.cfg.Store.GiveBack(ctx, req.Tag, r.First, r.Last)

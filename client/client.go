@@ -129,7 +129,7 @@ type Client struct {
 	urls []string // base URLs without a trailing slash
 
 	// set is the tags' buffers, fed by the instances through
-	// rangeGranter: the same tag set as an allocator's, over HTTP.
+	// rangeSource: the same tag set as an allocator's, over HTTP.
 	set *segment.Set
 	// preferred is the index in urls of the instance that answered last.
 	preferred atomic.Int64
@@ -158,7 +158,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		c.urls = append(c.urls, strings.TrimRight(raw, "/"))
 	}
 	c.set = segment.NewSet(segment.SetConfig{
-		Granter:    rangeGranter{c},
+		Source:     rangeSource{c},
 		Buffer:     cfg.Segment,
 		HolderKeys: true,
 		RetryMin:   cfg.RetryMin, RetryMax: cfg.RetryMax,

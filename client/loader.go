@@ -77,18 +77,18 @@ func (e *APIError) notOurs() bool {
 	return false
 }
 
-// rangeGranter is the client's segment.Granter: the range endpoints of
+// rangeSource is the client's segment.Source: the range endpoints of
 // the instances, tried in turn. A grant request is idempotent by its
 // request ID and holder key, so its lookup is the same request: it answers
 // the range granted before (Recovered), or grants it now if nothing
 // committed.
-type rangeGranter struct{ c *Client }
+type rangeSource struct{ c *Client }
 
-var _ segment.Granter = rangeGranter{}
+var _ segment.Source = rangeSource{}
 
 // Grant sends req to every instance once, starting with the one that
 // answered last, and classifies the first answer.
-func (g rangeGranter) Grant(ctx context.Context, req segment.Request) (segment.Grant, error) {
+func (g rangeSource) Grant(ctx context.Context, req segment.Ask) (segment.Grant, error) {
 	// The floor is the highest ID the client was granted for the tag: a
 	// database that went back in time below it is raised to it, so that
 	// the range granted is one the buffer serves.
@@ -110,19 +110,19 @@ func (g rangeGranter) Grant(ctx context.Context, req segment.Request) (segment.G
 	return segment.Grant{}, segment.Classify(segment.ErrAmbiguous, err)
 }
 
-// Lookup sends req again: see rangeGranter.
-func (g rangeGranter) Lookup(ctx context.Context, req segment.Request) (segment.Grant, error) {
+// Lookup sends req again: see rangeSource.
+func (g rangeSource) Lookup(ctx context.Context, req segment.Ask) (segment.Grant, error) {
 	return g.Grant(ctx, req)
 }
 
 // GiveBack gives back r, the unused tail of req's range.
-func (g rangeGranter) GiveBack(ctx context.Context, req segment.Request, r segment.Range) (bool, error) {
+func (g rangeSource) GiveBack(ctx context.Context, req segment.Ask, r segment.Range) (bool, error) {
 	return g.c.giveBack(ctx, req, r)
 }
 
 // round sends req to every instance once, starting with the one that
 // answered last, and returns the first answer.
-func (c *Client) round(ctx context.Context, req segment.Request, floor int64) (segment.Grant, error) {
+func (c *Client) round(ctx context.Context, req segment.Ask, floor int64) (segment.Grant, error) {
 	n := len(c.urls)
 	start := int(c.preferred.Load())
 	var errs []error
@@ -143,7 +143,7 @@ func (c *Client) round(ctx context.Context, req segment.Request, floor int64) (s
 }
 
 // grant sends one range request to the instance at base.
-func (c *Client) grant(ctx context.Context, base string, req segment.Request, floor int64) (segment.Grant, error) {
+func (c *Client) grant(ctx context.Context, base string, req segment.Ask, floor int64) (segment.Grant, error) {
 	c.requests.Add(1)
 	tag := req.Tag
 	var reply wire.SegmentResponse
@@ -175,7 +175,7 @@ func (c *Client) grant(ctx context.Context, base string, req segment.Request, fl
 // key. It moves on to the next instance only when the request certainly did
 // not reach the last one (no connection, or an instance shutting down): a
 // give-back that may have been applied is never sent twice.
-func (c *Client) giveBack(ctx context.Context, req segment.Request, r segment.Range) (bool, error) {
+func (c *Client) giveBack(ctx context.Context, req segment.Ask, r segment.Range) (bool, error) {
 	body := wire.GiveBackRequest{Tag: req.Tag, RequestID: req.ID.String(), HolderKey: req.Key, First: r.First, Last: r.Last}
 	n := len(c.urls)
 	start := int(c.preferred.Load())

@@ -12,85 +12,6 @@ import (
 	"time"
 )
 
-// Errors returned by a Buffer.
-var (
-	// ErrUnavailable means both ranges are empty and no new range arrived in
-	// time. The wrapped error, if any, is the last load failure.
-	ErrUnavailable = errors.New("no ids available")
-	// ErrClosed means the buffer was closed.
-	ErrClosed = errors.New("buffer closed")
-	// ErrRolledBack means a granted range started at or below the highest ID
-	// this buffer was ever granted: the database went back in time.
-	ErrRolledBack = errors.New("granted range is below ids already granted (database rolled back?)")
-
-	// ErrUnknownTag means the granter does not know the tag. A Set keeps
-	// no buffer for it, and answers it from memory for a while.
-	ErrUnknownTag = errors.New("unknown biz_tag")
-	// ErrInvalidTag means the tag is not a valid name (see ValidateTag).
-	ErrInvalidTag = errors.New("invalid biz_tag")
-
-	// The errors below classify a Granter's answers (see Classify): each
-	// says what a Set does next with the request.
-
-	// ErrNotFound: Lookup found nothing committed for the request; it is
-	// sent again.
-	ErrNotFound = errors.New("request not found")
-	// ErrAlreadyGranted: Grant found the request granted before; it is
-	// only looked up from then on.
-	ErrAlreadyGranted = errors.New("request already granted")
-	// ErrAmbiguous: the grant may or may not have committed (reply lost,
-	// not confirmed on the standbys); it is looked up before it is sent
-	// again, and kept for the tag's next load when the load gives up.
-	ErrAmbiguous = errors.New("outcome unknown")
-	// ErrNotHeld: the request ID is settled with no range for this Set
-	// (another caller holds it, it was another tag's, or its range was
-	// given back in full); the load goes on with a new request.
-	ErrNotHeld = errors.New("request settled without a range for this set")
-	// ErrRefused: nothing was granted and asking again will not help
-	// (unknown tag, tag exhausted); the load fails with the error.
-	ErrRefused = errors.New("request refused")
-)
-
-// Range is an inclusive range of IDs.
-type Range struct {
-	First, Last int64
-}
-
-// Len returns the number of IDs in r.
-func (r Range) Len() int64 { return r.Last - r.First + 1 }
-
-// Grant is a range handed to a buffer by its Loader.
-type Grant struct {
-	Range
-	// MinStep and MaxStep are the tag's bounds when the range was granted;
-	// MaxStep 0 means DefaultMaxStep.
-	MinStep, MaxStep int64
-	// RequestID identifies the allocation that produced the range.
-	RequestID string
-	// Recovered is true when the reply to the allocation was lost and the
-	// range was found again by its request ID.
-	Recovered bool
-	// Repaired is true when the store found the tag's high-water mark below
-	// the buffer's floor (the database went back in time) and raised it to
-	// the floor before granting the range above it.
-	Repaired bool
-	// Runway is the tag's own runway when the range was granted; 0 leaves
-	// the buffer's Config.Runway.
-	Runway time.Duration
-}
-
-// Loader fetches the next range for a buffer. size 0 asks for the tag's own
-// step. Load may grant another size than asked (the store has the last word).
-type Loader interface {
-	Load(ctx context.Context, size int64) (Grant, error)
-}
-
-// LoaderFunc adapts a function to the Loader interface.
-type LoaderFunc func(ctx context.Context, size int64) (Grant, error)
-
-// Load calls f(ctx, size).
-func (f LoaderFunc) Load(ctx context.Context, size int64) (Grant, error) { return f(ctx, size) }
-
 // Config configures a Buffer. Zero fields take the defaults named.
 type Config struct {
 	Tag    string
@@ -185,77 +106,6 @@ func (c *Config) setDefaults() {
 
 // DefaultWaitTimeout is Config.WaitTimeout's default.
 const DefaultWaitTimeout = 2 * time.Second
-
-// span is a range being served. next is the next ID to hand out; it only
-// grows, so every value returned by next.Add is handed out at most once.
-type span struct {
-	Range
-	prefetchAt int64 // the first ID whose take starts the next fetch
-	// next has a cache line of its own: every take writes it, and the
-	// read-only fields above must not move between cores with it.
-	_    [cacheLine - 24]byte
-	next atomic.Int64
-	_    [cacheLine - 8]byte
-}
-
-// cacheLine is the size of a CPU cache line on common hardware.
-const cacheLine = 64
-
-func newSpan(r Range, threshold float64) *span {
-	s := &span{Range: r}
-	// Taking prefetchAt makes the used fraction reach the threshold.
-	s.prefetchAt = r.First + max(int64(math.Ceil(float64(r.Len())*threshold))-1, 0)
-	s.next.Store(r.First)
-	return s
-}
-
-// take hands out one ID, or ok=false when the span is used up. It is the
-// hot path: one add. A take on a used-up span moves next by one; bringing it
-// back into the span by wrapping would take 2^63 such takes.
-func (s *span) take() (id int64, ok bool) {
-	id = s.next.Add(1) - 1
-	// id < First only after next wrapped past MaxInt64.
-	return id, id >= s.First && id <= s.Last
-}
-
-// takeN hands out up to n consecutive IDs (n >= 1). It moves next with a
-// compare-and-set, and only by what it hands out: an add of n, whatever n,
-// would move it even when the span is used up, and counts near 2^63 would
-// wrap it back into the span.
-func (s *span) takeN(n int64) (r Range, ok bool) {
-	for {
-		start := s.next.Load()
-		if start < s.First || start > s.Last {
-			return Range{}, false
-		}
-		last := s.Last
-		if n-1 < s.Last-start {
-			last = start + n - 1
-		}
-		// last+1 wraps to MinInt64 only when last is MaxInt64: used up.
-		if s.next.CompareAndSwap(start, last+1) {
-			return Range{First: start, Last: last}, true
-		}
-	}
-}
-
-// used returns how many IDs of s were handed out.
-func (s *span) used() int64 {
-	n := s.next.Load()
-	if n < s.First || n > s.Last {
-		return s.Len()
-	}
-	return n - s.First
-}
-
-// exhaust marks s used up and returns its untouched tail, if any.
-func (s *span) exhaust() (tail Range, ok bool) {
-	n := s.next.Swap(s.Last + 1)
-	if n < s.First || n > s.Last {
-		return Range{}, false
-	}
-	return Range{First: n, Last: s.Last}, true
-}
 
 // Buffer is one tag's double buffer: the range being served and the next one.
 // It is safe for concurrent use.
@@ -666,24 +516,6 @@ func (b *Buffer) failFastLocked() error {
 	}
 	return nil
 }
-
-// UnavailableError is returned while the buffer backs off after a failed
-// load. It matches ErrUnavailable with errors.Is and wraps the load error.
-type UnavailableError struct {
-	Tag        string
-	RetryAfter time.Duration
-	Err        error
-}
-
-func (e *UnavailableError) Error() string {
-	return fmt.Sprintf("tag %q: no ids available, retry in %v: %v", e.Tag, e.RetryAfter.Round(time.Millisecond), e.Err)
-}
-
-// Is reports ErrUnavailable.
-func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
-
-// Unwrap returns the load error.
-func (e *UnavailableError) Unwrap() error { return e.Err }
 
 // startLoadLocked starts a background load unless one is in flight, a next
 // range is ready, or the buffer is closed.

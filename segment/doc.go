@@ -17,17 +17,18 @@
 //	defer b.Close()
 //	id, err := b.Take(ctx)
 //
-// A Set holds the buffers of many tags, fed by one Granter that grants
-// ranges idempotently by request ID: each request's ID is chosen before its
-// first attempt and reused by every retry; a lost reply is looked up instead
-// of asked again under a new ID; a request whose outcome is unknown when its
-// load gives up is resumed by the tag's next load; a request settled without
-// a range for the Set (another holder's) is never served, and the load goes
-// on with a new one; tags the granter does not know keep no buffer; Close
-// gives back the unused tail of each tag's newest range. The allocator's Set
-// is fed by its store, the client's by the range API:
+// A Set holds the buffers of many tags, fed by one Source that grants
+// ranges idempotently by request ID. Each Ask (one request of a tag for a
+// range) has its ID chosen before its first attempt and reused by every
+// retry; a lost reply is looked up instead of asked again under a new ID;
+// an ask whose outcome is unknown when its load gives up is resumed by the
+// tag's next load; an ask settled without a range for the Set (another
+// holder's) is never served, and the load goes on with a new one; tags the
+// source does not know keep no buffer; Close gives back the unused tail of
+// each tag's newest range. The allocator's Set is fed by its store, the
+// client's by the range API:
 //
-//	s := segment.NewSet(segment.SetConfig{Granter: granter})
+//	s := segment.NewSet(segment.SetConfig{Source: source})
 //	defer s.Close(ctx)
 //	id, err := s.Next(ctx, "order")
 //
@@ -38,5 +39,5 @@
 // (RunwayMet, RunwayShort).
 //
 // The package knows nothing of SQL or HTTP: the allocator and client
-// packages supply the Granter.
+// packages supply the Source.
 package segment

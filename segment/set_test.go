@@ -15,10 +15,10 @@ import (
 	"github.com/idmint/idmint/segment"
 )
 
-// fakeGranter grants ranges of step IDs of one high-water mark, once per
+// fakeSource grants ranges of step IDs of one high-water mark, once per
 // request ID, as a store does. Its knobs lose replies, drop requests and
 // hand request IDs to strangers; it records every request ID it is sent.
-type fakeGranter struct {
+type fakeSource struct {
 	step int64
 
 	mu      sync.Mutex // protects the fields below
@@ -29,6 +29,12 @@ type fakeGranter struct {
 	// drop: the next drop grants commit nothing, and answer as if their
 	// reply was lost.
 	drop int
+	// fail: the next fail grants commit nothing, and fail with an error of
+	// no class.
+	fail int
+	// hide: the next hide lookups of a committed request do not see it
+	// (ErrNotFound), as a replica behind would.
+	hide int
 	// claimed: request IDs a stranger holds: answered ErrNotHeld.
 	claimed map[uuid.UUID]bool
 	// claimFirst hands the first request ID sent to a stranger;
@@ -47,11 +53,11 @@ type givenBack struct {
 
 var errLost = errors.New("connection reset after the statement was sent")
 
-func newFakeGranter(step int64) *fakeGranter {
-	return &fakeGranter{step: step, granted: map[uuid.UUID]segment.Range{}, claimed: map[uuid.UUID]bool{}}
+func newFakeSource(step int64) *fakeSource {
+	return &fakeSource{step: step, granted: map[uuid.UUID]segment.Range{}, claimed: map[uuid.UUID]bool{}}
 }
 
-func (f *fakeGranter) Grant(ctx context.Context, req segment.Request) (segment.Grant, error) {
+func (f *fakeSource) Grant(ctx context.Context, req segment.Ask) (segment.Grant, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.grants = append(f.grants, req.ID)
@@ -67,6 +73,10 @@ func (f *fakeGranter) Grant(ctx context.Context, req segment.Request) (segment.G
 	}
 	if _, ok := f.granted[req.ID]; ok {
 		return segment.Grant{}, segment.Classify(segment.ErrAlreadyGranted, errors.New("duplicate request id"))
+	}
+	if f.fail > 0 {
+		f.fail--
+		return segment.Grant{}, errors.New("connection refused")
 	}
 	if f.drop > 0 {
 		f.drop--
@@ -86,7 +96,7 @@ func (f *fakeGranter) Grant(ctx context.Context, req segment.Request) (segment.G
 	return segment.Grant{Range: r, RequestID: req.ID.String()}, nil
 }
 
-func (f *fakeGranter) Lookup(ctx context.Context, req segment.Request) (segment.Grant, error) {
+func (f *fakeSource) Lookup(ctx context.Context, req segment.Ask) (segment.Grant, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.lookups = append(f.lookups, req.ID)
@@ -94,13 +104,17 @@ func (f *fakeGranter) Lookup(ctx context.Context, req segment.Request) (segment.
 		return segment.Grant{}, segment.Classify(segment.ErrNotHeld, errors.New("request_id belongs to another caller"))
 	}
 	r, ok := f.granted[req.ID]
+	if ok && f.hide > 0 {
+		f.hide--
+		ok = false
+	}
 	if !ok {
 		return segment.Grant{}, segment.ErrNotFound
 	}
 	return segment.Grant{Range: r, RequestID: req.ID.String(), Recovered: true}, nil
 }
 
-func (f *fakeGranter) GiveBack(ctx context.Context, req segment.Request, r segment.Range) (bool, error) {
+func (f *fakeSource) GiveBack(ctx context.Context, req segment.Ask, r segment.Range) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	g, ok := f.granted[req.ID]
@@ -113,16 +127,16 @@ func (f *fakeGranter) GiveBack(ctx context.Context, req segment.Request, r segme
 }
 
 // sent returns the request IDs of the Grant and Lookup calls so far.
-func (f *fakeGranter) sent() (grants, lookups []uuid.UUID) {
+func (f *fakeSource) sent() (grants, lookups []uuid.UUID) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]uuid.UUID(nil), f.grants...), append([]uuid.UUID(nil), f.lookups...)
 }
 
-func newSet(tb testing.TB, g segment.Granter, edit func(*segment.SetConfig)) *segment.Set {
+func newSet(tb testing.TB, g segment.Source, edit func(*segment.SetConfig)) *segment.Set {
 	tb.Helper()
 	cfg := segment.SetConfig{
-		Granter:  g,
+		Source:   g,
 		RetryMin: time.Microsecond, RetryMax: time.Microsecond,
 		Buffer: segment.Config{Threshold: 0.5},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -139,14 +153,14 @@ func newSet(tb testing.TB, g segment.Granter, edit func(*segment.SetConfig)) *se
 	return s
 }
 
-// TestSet_Load walks the Set's request through a granter's answers: every
+// TestSet_Load walks the Set's request through a source's answers: every
 // retry of a request carries its ID, a lost reply is looked up, and only a
 // request settled without a range for the Set makes it choose a new one.
 func TestSet_Load(t *testing.T) {
 	ctx := context.Background()
 	tests := []struct {
 		name  string
-		setup func(*fakeGranter)
+		setup func(*fakeSource)
 		// want: the request IDs sent, by the index of the request (0: the
 		// first one chosen), Grant calls then Lookup calls.
 		wantGrants, wantLookups []int
@@ -155,7 +169,7 @@ func TestSet_Load(t *testing.T) {
 	}{
 		{
 			name:       "granted",
-			setup:      func(*fakeGranter) {},
+			setup:      func(*fakeSource) {},
 			wantGrants: []int{0}, wantFirst: 1,
 		},
 		{
@@ -163,37 +177,55 @@ func TestSet_Load(t *testing.T) {
 			// the committed range, which is served; nothing is granted
 			// twice.
 			name:       "lost reply is looked up",
-			setup:      func(f *fakeGranter) { f.lose = 1 },
+			setup:      func(f *fakeSource) { f.lose = 1 },
 			wantGrants: []int{0}, wantLookups: []int{0}, wantFirst: 1, wantRecovered: 1,
 		},
 		{
 			// Nothing committed: the lookup finds nothing, and the same
 			// request is sent again, under its own ID.
 			name:       "not found is sent again",
-			setup:      func(f *fakeGranter) { f.drop = 1 },
+			setup:      func(f *fakeSource) { f.drop = 1 },
 			wantGrants: []int{0, 0}, wantLookups: []int{0}, wantFirst: 1,
 		},
 		{
 			// A stranger holds the request ID: nothing of the Set's is under
 			// it, and the load goes on with a new request.
 			name:       "holder refusal starts a new request",
-			setup:      func(f *fakeGranter) { f.claimFirst = true },
+			setup:      func(f *fakeSource) { f.claimFirst = true },
 			wantGrants: []int{0, 1}, wantFirst: 1,
 		},
 		{
 			// The reply was lost, and the lookup finds the ID held by a
 			// stranger: never served; a new request.
 			name: "lost reply held by a stranger starts a new request",
-			setup: func(f *fakeGranter) {
+			setup: func(f *fakeSource) {
 				f.drop = 1
 				f.claimOnDrop = true
 			},
 			wantGrants: []int{0, 1}, wantLookups: []int{0}, wantFirst: 1,
 		},
+		{
+			// Nothing committed, and the error says so by having no class:
+			// the same request is sent again after a pause, not looked up.
+			name:       "a failure is sent again",
+			setup:      func(f *fakeSource) { f.fail = 1 },
+			wantGrants: []int{0, 0}, wantFirst: 1,
+		},
+		{
+			// The reply was lost and the lookup cannot see the grant yet, so
+			// the request is sent again: already granted. From then on it is
+			// only looked up, until the lookup sees it.
+			name: "already granted is looked up until it is seen",
+			setup: func(f *fakeSource) {
+				f.lose = 1
+				f.hide = 2
+			},
+			wantGrants: []int{0, 0}, wantLookups: []int{0, 0, 0}, wantFirst: 1, wantRecovered: 1,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f := newFakeGranter(10)
+			f := newFakeSource(10)
 			tt.setup(f)
 			s := newSet(t, f, nil)
 			id, err := s.Next(ctx, "order")
@@ -241,10 +273,10 @@ func equal(a, b []int) bool {
 // leaves its request to the tag's next load, which looks it up and serves
 // the range committed for it instead of leaking it.
 func TestSet_UnsettledResumes(t *testing.T) {
-	f := newFakeGranter(10)
+	f := newFakeSource(10)
 	f.lose = 1 << 30 // every reply is lost...
 	lookupsDown := true
-	g := &flakyLookups{fakeGranter: f, down: func() bool { f.mu.Lock(); defer f.mu.Unlock(); return lookupsDown }}
+	g := &flakyLookups{fakeSource: f, down: func() bool { f.mu.Lock(); defer f.mu.Unlock(); return lookupsDown }}
 	s := newSet(t, g, func(c *segment.SetConfig) {
 		c.Buffer.LoadTimeout = 20 * time.Millisecond
 		c.Buffer.WaitTimeout = 10 * time.Second
@@ -254,7 +286,7 @@ func TestSet_UnsettledResumes(t *testing.T) {
 		t.Fatalf("Next = %v, want ErrUnavailable", err)
 	}
 	f.mu.Lock()
-	f.lose, lookupsDown = 0, false // ...until the granter comes back
+	f.lose, lookupsDown = 0, false // ...until the source comes back
 	first := f.grants[0]
 	f.mu.Unlock()
 	var id int64
@@ -277,17 +309,17 @@ func TestSet_UnsettledResumes(t *testing.T) {
 	}
 }
 
-// flakyLookups is a fakeGranter whose lookups fail while down.
+// flakyLookups is a fakeSource whose lookups fail while down.
 type flakyLookups struct {
-	*fakeGranter
+	*fakeSource
 	down func() bool
 }
 
-func (f *flakyLookups) Lookup(ctx context.Context, req segment.Request) (segment.Grant, error) {
+func (f *flakyLookups) Lookup(ctx context.Context, req segment.Ask) (segment.Grant, error) {
 	if f.down() {
-		return segment.Grant{}, errors.New("granter unreachable")
+		return segment.Grant{}, errors.New("source unreachable")
 	}
-	return f.fakeGranter.Lookup(ctx, req)
+	return f.fakeSource.Lookup(ctx, req)
 }
 
 // TestSet_CloseGivesBack: Close gives back the unused tail of the newest
@@ -295,7 +327,7 @@ func (f *flakyLookups) Lookup(ctx context.Context, req segment.Request) (segment
 // which the first give-back left at the top.
 func TestSet_CloseGivesBack(t *testing.T) {
 	ctx := context.Background()
-	f := newFakeGranter(10)
+	f := newFakeSource(10)
 	s := newSet(t, f, nil)
 	ids, err := s.NextN(ctx, "order", 6, nil) // past half of [1, 10]: [11, 20] loads
 	if err != nil || len(ids) != 6 {
@@ -323,11 +355,11 @@ func TestSet_CloseGivesBack(t *testing.T) {
 	}
 }
 
-// TestSet_UnknownTag: a tag the granter does not know keeps no buffer and
+// TestSet_UnknownTag: a tag the source does not know keeps no buffer and
 // is answered from memory, with no second request, for UnknownTTL.
 func TestSet_UnknownTag(t *testing.T) {
 	ctx := context.Background()
-	f := newFakeGranter(10)
+	f := newFakeSource(10)
 	f.unknown = true
 	s := newSet(t, f, func(c *segment.SetConfig) { c.UnknownTTL = time.Hour })
 	for range 3 {
