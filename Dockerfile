@@ -7,7 +7,10 @@
 
 FROM golang:1.26 AS build
 WORKDIR /src
-COPY go.mod go.sum ./
+COPY go.mod go.sum go.work ./
+COPY wire/go.mod wire/
+COPY segment/go.mod segment/go.sum segment/
+COPY client/go.mod client/go.sum client/
 RUN go mod download
 COPY . .
 RUN CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/idmint ./cmd/idmint

@@ -89,6 +89,9 @@ require (
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/google/go-containerregistry v0.22.1 // indirect
 	github.com/gorilla/mux v1.8.1 // indirect
+	github.com/idmint/idmint/client v0.0.0-00010101000000-000000000000
+	github.com/idmint/idmint/segment v0.0.0-00010101000000-000000000000
+	github.com/idmint/idmint/wire v0.0.0-00010101000000-000000000000
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
@@ -179,3 +182,9 @@ tool (
 	google.golang.org/protobuf/cmd/protoc-gen-go
 	honnef.co/go/tools/cmd/staticcheck
 )
+
+replace github.com/idmint/idmint/wire => ./wire
+
+replace github.com/idmint/idmint/segment => ./segment
+
+replace github.com/idmint/idmint/client => ./client

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/segment"
 )
 
@@ -105,7 +104,7 @@ func TestBuffer_Take(t *testing.T) {
 		if _, err := b.Take(context.Background()); err != nil { // the 10th ID: 10% used
 			t.Fatal(err)
 		}
-		testutil.Eventually(t, 5*time.Second, "next range", func() bool { return b.Stats().NextRange != nil })
+		eventually(t, 5*time.Second, "next range", func() bool { return b.Stats().NextRange != nil })
 		st := b.Stats()
 		if st.NextRange.First != 101 || st.Current.First != 1 || st.Remaining != 90 {
 			t.Fatalf("after prefetch: current=%v next=%v remaining=%d", st.Current, st.NextRange, st.Remaining)
@@ -118,7 +117,7 @@ func TestBuffer_Take(t *testing.T) {
 		for range 2 {
 			b.Take(context.Background())
 		}
-		testutil.Eventually(t, 5*time.Second, "next range", func() bool { return b.Stats().NextRange != nil })
+		eventually(t, 5*time.Second, "next range", func() bool { return b.Stats().NextRange != nil })
 		l.setFail(errors.New("database down")) // the switch must not need the loader
 		for want := int64(3); want <= 20; want++ {
 			got, err := b.Take(context.Background())
@@ -269,12 +268,12 @@ func TestBuffer_AntiRollback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, 5*time.Second, "prefetch", func() bool { st := b.Stats(); return st.NextRange != nil }) // [21,30]
-	ids, err = b.TakeN(context.Background(), 10, ids)                                                              // up to 25; [31,40] granted
+	eventually(t, 5*time.Second, "prefetch", func() bool { st := b.Stats(); return st.NextRange != nil }) // [21,30]
+	ids, err = b.TakeN(context.Background(), 10, ids)                                                     // up to 25; [31,40] granted
 	if err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, 5*time.Second, "prefetch", func() bool { st := b.Stats(); return !st.Loading })
+	eventually(t, 5*time.Second, "prefetch", func() bool { st := b.Stats(); return !st.Loading })
 	highest := b.Stats().Highest
 
 	// The database goes back in time: max_id restored to 5.
@@ -318,7 +317,7 @@ func TestBuffer_Close(t *testing.T) {
 	for range 3 {
 		b.Take(context.Background())
 	}
-	testutil.Eventually(t, 5*time.Second, "next range", func() bool { return b.Stats().NextRange != nil })
+	eventually(t, 5*time.Second, "next range", func() bool { return b.Stats().NextRange != nil })
 	unused := b.Close()
 	want := []segment.Range{{First: 4, Last: 10}, {First: 11, Last: 20}}
 	if len(unused) != 2 || unused[0] != want[0] || unused[1] != want[1] {
@@ -346,7 +345,7 @@ func TestBuffer_DynamicStep(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		testutil.Eventually(t, 5*time.Second, "loads to settle", func() bool { return !b.Stats().Loading })
+		eventually(t, 5*time.Second, "loads to settle", func() bool { return !b.Stats().Loading })
 	}
 	// 1,000 IDs/s with a one-minute period wants ranges of ~60,000.
 	take(5000, time.Millisecond)
@@ -375,10 +374,10 @@ func TestBuffer_CloseWaitsForLoad(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	testutil.Eventually(t, 5*time.Second, "next range", func() bool { return b.Stats().NextRange != nil })
+	eventually(t, 5*time.Second, "next range", func() bool { return b.Stats().NextRange != nil })
 	l.block = make(chan struct{})          // the next load hangs…
 	b.TakeN(context.Background(), 10, nil) // …the one of [21,30], started by moving into [11,20]
-	testutil.Eventually(t, 5*time.Second, "load in flight", func() bool { return b.Stats().Loading })
+	eventually(t, 5*time.Second, "load in flight", func() bool { return b.Stats().Loading })
 	time.AfterFunc(50*time.Millisecond, func() { close(l.block) }) // …until Close waits on it
 	unused := b.Close()
 	want := []segment.Range{{First: 16, Last: 20}, {First: 21, Last: 30}}
@@ -403,7 +402,7 @@ func TestBuffer_FailFastDuringRetry(t *testing.T) {
 	l.block = make(chan struct{})    // the retry hangs
 	defer close(l.block)
 	go b.Take(context.Background()) // starts the retry and waits on it
-	testutil.Eventually(t, 5*time.Second, "retry in flight", func() bool { return b.Stats().Loading })
+	eventually(t, 5*time.Second, "retry in flight", func() bool { return b.Stats().Loading })
 	start := time.Now()
 	if _, err := b.Take(context.Background()); !errors.Is(err, segment.ErrUnavailable) {
 		t.Fatalf("err = %v, want ErrUnavailable", err)
@@ -439,7 +438,7 @@ func TestBuffer_TakeNHugeCount(t *testing.T) {
 			if err != nil || len(ids) != 10 {
 				t.Fatalf("TakeN(10) = %v, %v", ids, err)
 			}
-			testutil.Eventually(t, 5*time.Second, "the prefetch to fail", func() bool { return b.Stats().LoadFailures == 1 })
+			eventually(t, 5*time.Second, "the prefetch to fail", func() bool { return b.Stats().LoadFailures == 1 })
 			for range 8 {
 				if got, err := b.TakeN(ctx, count, nil); err == nil || len(got) != 0 {
 					t.Fatalf("TakeN(%d) on an empty buffer = %d ids, %v", count, len(got), err)
@@ -519,14 +518,14 @@ func TestBuffer_StarvedGrowth(t *testing.T) {
 	// The first Take waits for the first load, and its ID crosses the
 	// threshold of [1,10]: the second load follows a wait.
 	take(1)
-	testutil.Eventually(t, 5*time.Second, "the second range", func() bool { return b.Stats().NextRange != nil })
+	eventually(t, 5*time.Second, "the second range", func() bool { return b.Stats().NextRange != nil })
 	if got := l.asked(); len(got) != 2 || got[0] != 0 || got[1] != 160 {
 		t.Fatalf("sizes asked = %v, want [0 160]: 16× after callers waited", got)
 	}
 	// The rest of [1,10] and 10% of [11,170]: nobody waited since the
 	// second load started, so the third load grows 4×.
 	take(9 + 16)
-	testutil.Eventually(t, 5*time.Second, "the third range", func() bool { return b.Stats().NextRange != nil })
+	eventually(t, 5*time.Second, "the third range", func() bool { return b.Stats().NextRange != nil })
 	if got := l.asked(); len(got) != 3 || got[2] != 640 {
 		t.Fatalf("sizes asked = %v, want a third load of 640: 4× without a wait", got)
 	}
@@ -575,7 +574,7 @@ func TestBuffer_TryTake(t *testing.T) {
 		if id%100 == 0 && id < 1000 {
 			// A range used up: its successor must be loaded by now, or
 			// loading, started from the fast path's mark.
-			testutil.Eventually(t, 5*time.Second, "the prefetch of the next range", func() bool { return l.loads.Load() >= id/100+1 })
+			eventually(t, 5*time.Second, "the prefetch of the next range", func() bool { return l.loads.Load() >= id/100+1 })
 		}
 	}
 	if prefetchedAt == 0 || prefetchedAt > 11 {

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/segment"
 )
 
@@ -52,7 +51,7 @@ func takeAt(tb testing.TB, b *segment.Buffer, clock *fakeClock, n int, every tim
 // settle waits for the load in flight, if any, to land.
 func settle(tb testing.TB, b *segment.Buffer) {
 	tb.Helper()
-	testutil.Eventually(tb, 5*time.Second, "loads to settle", func() bool { return !b.Stats().Loading })
+	eventually(tb, 5*time.Second, "loads to settle", func() bool { return !b.Stats().Loading })
 }
 
 // TestBuffer_RunwayPrefetch: with a runway, the next range is fetched while

@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/segment"
 )
 
@@ -290,7 +289,7 @@ func TestSet_UnsettledResumes(t *testing.T) {
 	first := f.grants[0]
 	f.mu.Unlock()
 	var id int64
-	testutil.Eventually(t, 5*time.Second, "an id", func() bool {
+	eventually(t, 5*time.Second, "an id", func() bool {
 		var err error
 		id, err = s.Next(context.Background(), "order")
 		return err == nil
@@ -333,7 +332,7 @@ func TestSet_CloseGivesBack(t *testing.T) {
 	if err != nil || len(ids) != 6 {
 		t.Fatalf("NextN = %v, %v", ids, err)
 	}
-	testutil.Eventually(t, 5*time.Second, "the next range", func() bool { return s.Stats()[0].NextRange != nil })
+	eventually(t, 5*time.Second, "the next range", func() bool { return s.Stats()[0].NextRange != nil })
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
 	}

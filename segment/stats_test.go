@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/segment"
 )
 
@@ -54,7 +53,7 @@ func TestBuffer_StatsRate(t *testing.T) {
 
 	clock.Advance(5 * time.Second)
 	take(t, b, 1) // the 10th ID crosses the threshold: a load starts
-	testutil.Eventually(t, 5*time.Second, "next range", func() bool { return b.Stats().NextRange != nil })
+	eventually(t, 5*time.Second, "next range", func() bool { return b.Stats().NextRange != nil })
 	// The new window is 0s old: the one before is added to it.
 	if st := b.Stats(); st.Rate != 1 {
 		t.Fatalf("10 ids in 10s: rate %v, want 1", st.Rate)
@@ -108,7 +107,7 @@ func TestBuffer_StatsNextLate(t *testing.T) {
 		t.Fatalf("before the threshold: %+v", st)
 	}
 	take(t, b, 1) // the threshold: the prefetch fails
-	testutil.Eventually(t, 5*time.Second, "failed prefetch", func() bool { return b.Stats().LoadFailures == 1 })
+	eventually(t, 5*time.Second, "failed prefetch", func() bool { return b.Stats().LoadFailures == 1 })
 	st := b.Stats()
 	if !st.NextLate || st.NextRange != nil || !st.Serving || st.LastError == "" {
 		t.Fatalf("after a failed prefetch: %+v", st)
@@ -143,8 +142,8 @@ func TestBuffer_OnLoad(t *testing.T) {
 	})
 	take(t, b, 1)
 	take(t, b, 1) // 20% used: the prefetch gets [5,14] again and refuses it
-	testutil.Eventually(t, 5*time.Second, "refused load", func() bool { return b.Stats().Refused == 1 })
-	testutil.Eventually(t, 5*time.Second, "two calls", func() bool { mu.Lock(); defer mu.Unlock(); return len(calls) == 2 })
+	eventually(t, 5*time.Second, "refused load", func() bool { return b.Stats().Refused == 1 })
+	eventually(t, 5*time.Second, "two calls", func() bool { mu.Lock(); defer mu.Unlock(); return len(calls) == 2 })
 	mu.Lock()
 	defer mu.Unlock()
 	// The two loads' hooks run on their own goroutines, in either order.

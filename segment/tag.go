@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idmint/idmint/internal/tagname"
+	"github.com/idmint/idmint/wire/tagname"
 )
 
 // ValidateTag reports whether name is a valid tag: 1 to 64 characters of

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/idmint/idmint/internal/tagname"
+	"github.com/idmint/idmint/wire/tagname"
 )
 
 var (

@@ -12,8 +12,8 @@ import (
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/internal/leafexport"
-	"github.com/idmint/idmint/internal/tagname"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/wire/tagname"
 )
 
 const tagImportDetail = `FILE is an export of Leaf's leaf_alloc table (- reads stdin): CSV or TSV,

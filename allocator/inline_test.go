@@ -1,4 +1,4 @@
-package segment_test
+package allocator_test
 
 import (
 	"os/exec"
@@ -26,8 +26,8 @@ func TestIntendedInlining(t *testing.T) {
 	for _, want := range []string{
 		`\bbuffer\.go:\d+:\d+: can inline \(\*Buffer\)\.TryTake$`,
 		`\bindex\.go:\d+:\d+: can inline \(\*Index\)\.Find$`,
-		`/allocator/allocator\.go:\d+:\d+: inlining call to segment\.\(\*Buffer\)\.TryTake$`,
-		`/allocator/allocator\.go:\d+:\d+: inlining call to segment\.\(\*Index\)\.Find$`,
+		`(^|\./)allocator\.go:\d+:\d+: inlining call to segment\.\(\*Buffer\)\.TryTake$`,
+		`(^|\./)allocator\.go:\d+:\d+: inlining call to segment\.\(\*Index\)\.Find$`,
 		`/client/client\.go:\d+:\d+: inlining call to segment\.\(\*Buffer\)\.TryTake$`,
 		`/client/client\.go:\d+:\d+: inlining call to segment\.\(\*Index\)\.Find$`,
 	} {

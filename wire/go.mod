@@ -1,0 +1,3 @@
+module github.com/idmint/idmint/wire
+
+go 1.26.8
