@@ -89,8 +89,6 @@ func NewGRPCServer(s *Service, cfg GRPCConfig) *grpc.Server {
 		grpc.InTapHandle(g.tap),
 		grpc.MaxRecvMsgSize(maxMessageBytes),
 		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
-		grpc.MaxHeaderListSize(uint32(lim.MaxHeaderBytes)),
-		grpc.ConnectionTimeout(lim.ReadHeaderTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: minPingInterval, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionIdle:     lim.IdleTimeout,
@@ -99,6 +97,14 @@ func NewGRPCServer(s *Service, cfg GRPCConfig) *grpc.Server {
 			Time:                  pingAfter,
 			Timeout:               pingTimeout,
 		}),
+	}
+	// The HTTP port's bounds on headers and on the time to send them (a
+	// zero one is grpc-go's default, not none: 0 would refuse everything).
+	if lim.MaxHeaderBytes > 0 {
+		opts = append(opts, grpc.MaxHeaderListSize(uint32(lim.MaxHeaderBytes)))
+	}
+	if lim.ReadHeaderTimeout > 0 {
+		opts = append(opts, grpc.ConnectionTimeout(lim.ReadHeaderTimeout))
 	}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
