@@ -14,10 +14,13 @@ import (
 
 // The grpc-go services: each method calls the typed procedure with the
 // call's caller (the tap's), as the connect-go handlers do with theirs.
+// They embed the Unsafe… interfaces, not Unimplemented…, so that a
+// procedure added to the schema without its method here does not compile
+// (instead of answering Unimplemented on the listener only).
 
 // grpcIDs serves IDService on the grpc-go listener.
 type grpcIDs struct {
-	idmintv1.UnimplementedIDServiceServer
+	idmintv1.UnsafeIDServiceServer
 	h ids
 }
 
@@ -33,7 +36,7 @@ func (g grpcIDs) NextIDs(ctx context.Context, m *idmintv1.NextIDsRequest) (*idmi
 
 // grpcSegments serves SegmentService on the grpc-go listener.
 type grpcSegments struct {
-	idmintv1.UnimplementedSegmentServiceServer
+	idmintv1.UnsafeSegmentServiceServer
 	h segments
 }
 
@@ -49,7 +52,7 @@ func (g grpcSegments) GiveBack(ctx context.Context, m *idmintv1.GiveBackRequest)
 
 // grpcSnowflakes serves SnowflakeService on the grpc-go listener.
 type grpcSnowflakes struct {
-	idmintv1.UnimplementedSnowflakeServiceServer
+	idmintv1.UnsafeSnowflakeServiceServer
 	h snowflakes
 }
 
@@ -69,7 +72,7 @@ func (g grpcSnowflakes) ParseSnowflake(ctx context.Context, m *idmintv1.ParseSno
 
 // grpcAdmin serves AdminService on the grpc-go listener.
 type grpcAdmin struct {
-	idmintv1.UnimplementedAdminServiceServer
+	idmintv1.UnsafeAdminServiceServer
 	h admin
 }
 
