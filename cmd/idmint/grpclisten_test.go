@@ -2,8 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -294,4 +298,45 @@ func TestServe_GRPCListenOverTLS(t *testing.T) {
 			t.Fatalf("grpcurl NextID over TLS: %v\n%s", err, out)
 		}
 	})
+}
+
+// TestServe_GRPCListenInUse: a --grpc-listen port in use fails serve at
+// once, naming the flag, before the store is opened.
+func TestServe_GRPCListenInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dir := t.TempDir()
+	t.Setenv("IDMINT_DATABASE_URL", "")
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	err = run(ctx, []string{"serve", "--data-dir", dir, "--listen", testutil.FreeAddr(t), "--grpc-listen", ln.Addr().String()}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--grpc-listen") {
+		t.Fatalf("serve with --grpc-listen on a port in use: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, sqliteFile)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the SQLite file was made before the port was found in use: %v", err)
+	}
+}
+
+// TestServe_GRPCListenStops: serve (on SQLite, in-process) answers on its
+// grpc-go listener, and once stopped, as by SIGTERM, returns without error
+// and the listener is closed.
+func TestServe_GRPCListenStops(t *testing.T) {
+	grpcAddr := testutil.FreeAddr(t)
+	t.Setenv("IDMINT_DATABASE_URL", "")
+	_, stop := startServe(t, "--data-dir", t.TempDir(), "--tag", "order", "--grpc-listen", grpcAddr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ids := idmintv1.NewIDServiceClient(grpcConn(t, grpcAddr))
+	if resp, err := ids.NextID(ctx, &idmintv1.NextIDRequest{BizTag: "order"}); err != nil || resp.GetId() < 1 {
+		t.Fatalf("NextID on --grpc-listen: %v, %v", resp, err)
+	}
+	stop() // fails the test if serve returns an error
+	if c, err := net.DialTimeout("tcp", grpcAddr, time.Second); err == nil {
+		c.Close()
+		t.Fatal("the grpc-go listener still accepts connections after serve returned")
+	}
 }
