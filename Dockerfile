@@ -20,7 +20,7 @@ RUN CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/idmint ./cmd/idmin
 FROM scratch
 COPY --from=build /out/idmint /idmint
 USER 65532:65532
-EXPOSE 8080
+EXPOSE 8080 50051
 HEALTHCHECK --interval=10s --timeout=3s --start-period=10s --retries=3 CMD ["/idmint", "healthcheck"]
 ENTRYPOINT ["/idmint"]
 CMD ["serve"]

@@ -92,8 +92,12 @@ bench:
 
 # bench-http measures GET /id of `idmint serve` side by side with a bare
 # net/http handler and a nextval()-per-request handler on real PostgreSQL
-# (cmd/idmint-bench), and unary gRPC NextID over h2c beside a bare grpc-go
-# server (a Go load generator, in the same rounds), e.g. make bench-http BENCH_ARGS='-rounds 5 -cpu-profile /tmp/idmint.pprof'
+# (cmd/idmint-bench), and unary NextID over h2c (a Go load generator, in the
+# same rounds): --grpc-listen beside a bare grpc-go server, gRPC and Connect
+# on the HTTP port beside a bare connect-go handler; then open loop at half
+# the bare ceilings (grpc-go bare against --grpc-listen, GET /id bare against
+# idmint). It prints the ratios and their targets, asserts none, and is not
+# part of make test. E.g. make bench-http BENCH_ARGS='-rounds 5 -cpu-profile /tmp/idmint.pprof'
 bench-http:
 	@mkdir -p bin
 	$(GO) build -o $(BIN) ./cmd/idmint

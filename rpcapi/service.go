@@ -29,6 +29,9 @@ const maxMessageBytes = 64 << 10
 // httpapi.Server's router: set it as httpapi.Config.RPC.
 type Service struct {
 	gw gateway
+	// srv is the server Mount mounted the service on (precheck, and the
+	// grpc-go listener's calls).
+	srv *httpapi.Server
 	// newDecompressor makes the gzip decompressors of calls' messages
 	// (newBoundedGzip; tests count what it inflates).
 	newDecompressor func() connect.Decompressor
@@ -46,6 +49,7 @@ func New() *Service { return &Service{newDecompressor: newBoundedGzip} }
 // maxMessageBytes (boundedGzip).
 func (s *Service) Mount(srv *httpapi.Server, r chi.Router) {
 	s.gw.router = r
+	s.srv = srv
 	opts := []connect.HandlerOption{
 		connect.WithReadMaxBytes(maxMessageBytes),
 		connect.WithCompression("gzip", s.newDecompressor, newGzipCompressor),

@@ -76,6 +76,8 @@ func runReference(ctx context.Context, kind string, args []string, stderr io.Wri
 	switch kind {
 	case "serve-bare-grpc":
 		return runBareGRPC(ctx, *listen)
+	case "serve-bare-connect":
+		return runBareConnect(ctx, *listen)
 	case "serve-bare":
 		h = bareHandler()
 	case "serve-nextval":

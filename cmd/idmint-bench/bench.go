@@ -56,7 +56,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if c.rounds < 1 || c.duration < time.Second {
 		return errors.New("want -rounds ≥ 1 and -duration ≥ 1s")
 	}
-	b := &bench{cfg: c, out: stdout, logw: stderr}
+	b := &bench{cfg: c, out: stdout, logw: stderr, openRates: map[string]float64{}}
 	defer b.cleanup()
 	return b.run(ctx)
 }
@@ -69,6 +69,8 @@ type bench struct {
 	dir  string
 	db   string // URL of the benchmark's database
 	load load
+	// openRates are the open-loop targets' rates (openLoops).
+	openRates map[string]float64
 
 	mu    sync.Mutex
 	stops []func() // run in reverse order by cleanup
@@ -133,7 +135,11 @@ func (b *bench) run(ctx context.Context) error {
 		}
 	}
 
-	idm, err := b.startIdmint(ctx, "idmint")
+	listenAddr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	idm, err := b.startIdmint(ctx, "idmint", "--grpc-listen", listenAddr)
 	if err != nil {
 		return err
 	}
@@ -145,15 +151,32 @@ func (b *bench) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	bareGRPCAddr, err := b.startBareGRPC(ctx)
+	bareGRPCAddr, err := b.startBareRPC(ctx, "serve-bare-grpc")
 	if err != nil {
 		return err
 	}
-	grpcTargets := []struct{ name, addr string }{
-		{"grpc-bare", bareGRPCAddr},
-		{"grpc-idmint", strings.TrimPrefix(idm.url, "http://")},
+	bareConnectAddr, err := b.startBareRPC(ctx, "serve-bare-connect")
+	if err != nil {
+		return err
+	}
+	if err := waitGRPC(ctx, listenAddr, "bench"); err != nil {
+		return err
+	}
+	// Unary NextID, closed loop: the same generator, connections and
+	// goroutines for each.
+	grpcTargets := []struct {
+		name string
+		dial dialer
+	}{
+		{"grpc-bare", grpcDialer(bareGRPCAddr, "bench")},
+		{"grpc-listen", grpcDialer(listenAddr, "bench")},
+		{"grpc-connect-bare", grpcDialer(bareConnectAddr, "bench")},
+		{"grpc-idmint", grpcDialer(hostOf(idm.url), "bench")},
+		{"connect-bare", connectDialer("http://"+bareConnectAddr, "bench")},
+		{"connect-idmint", connectDialer(idm.url, "bench")},
 	}
 	gload := grpcLoad{conns: b.cfg.threads, workers: b.cfg.conns, duration: b.cfg.duration}
+	open := openLoop{conns: b.cfg.threads, workers: b.cfg.conns, duration: b.cfg.duration}
 
 	targets := []struct{ name, url string }{
 		{"bare", bare + "/id?biz_tag=bench"},
@@ -175,8 +198,8 @@ func (b *bench) run(ctx context.Context) error {
 		return err
 	}
 	for _, t := range grpcTargets {
-		if _, err := gload.run(ctx, t.addr, "bench", 2*time.Second); err != nil {
-			return err
+		if _, err := gload.run(ctx, t.dial, 2*time.Second); err != nil {
+			return fmt.Errorf("%s: %w", t.name, err)
 		}
 	}
 
@@ -212,13 +235,16 @@ func (b *bench) run(ctx context.Context) error {
 		// before; the two gRPC servers alternate too.
 		for i := range grpcTargets {
 			t := grpcTargets[(i+round)%len(grpcTargets)]
-			r, err := gload.run(ctx, t.addr, "bench", 0)
+			r, err := gload.run(ctx, t.dial, 0)
 			if err != nil {
-				return err
+				return fmt.Errorf("%s: %w", t.name, err)
 			}
 			res[t.name] = append(res[t.name], r)
-			b.logf("round %d %-11s %9.0f req/s p50 %v p99 %v failed %d", round+1, t.name, r.rate(), r.p50, r.p99, r.non2xx)
+			b.logf("round %d %-17s %9.0f req/s p50 %v p99 %v failed %d", round+1, t.name, r.rate(), r.p50, r.p99, r.non2xx)
 		}
+	}
+	if err := b.openLoops(ctx, open, res, bareGRPCAddr, listenAddr, bare+"/id?biz_tag=bench", idm.url+"/id?biz_tag=bench"); err != nil {
+		return err
 	}
 	b.report(res)
 	if err := b.roundTrips(ctx, idm.url, append([]string{"bench", "ranges"}, switchTags...)); err != nil {
@@ -254,7 +280,7 @@ func (b *bench) report(res map[string]series) {
 		}
 		return a / b
 	}
-	b.printf("\nidmint / bare: throughput %.2f× (target ≥ 0.85), p99 %.2f× (target ≤ 1.2)\n",
+	b.printf("\nidmint / bare: throughput %.2f× (target ≥ 0.9), p99 %.2f×\n",
 		ratio(idm.rate(), bare.rate()), ratio(float64(idm.p99), float64(bare.p99)))
 	// The same, round by round: each round runs the two back to back, so
 	// the median of their ratios resists a machine whose load drifts.
@@ -270,24 +296,12 @@ func (b *bench) report(res map[string]series) {
 	b.printf("GET /ids count=1000: format=ranges %.1f M IDs/s (target ≥ 20), list %.1f M IDs/s; non-2xx %d\n",
 		rg.rate()*1000/1e6, ls.rate()*1000/1e6, rg.non2xx+ls.non2xx)
 
-	gb, gi := res["grpc-bare"].median(), res["grpc-idmint"].median()
-	b.printf("\nunary gRPC NextID, h2c   req/s      p50       p99    failed\n")
-	for _, row := range []struct {
-		name string
-		m    result
-	}{{"bare grpc-go", gb}, {"idmint serve", gi}} {
-		b.printf("%-22s %8.0f %8v %9v %9d\n", row.name, row.m.rate(), row.m.p50, row.m.p99, row.m.non2xx)
-	}
-	gtr, gpr := pairedRatios(res["grpc-idmint"], res["grpc-bare"])
-	b.printf("idmint gRPC / bare grpc-go: throughput %.2f×, p99 %.2f× (median of per-round ratios: %.2f×, %.2f×)\n",
-		ratio(gi.rate(), gb.rate()), ratio(float64(gi.p99), float64(gb.p99)), gtr, gpr)
-	b.printf("idmint gRPC / idmint GET /id: throughput %.2f×, p99 %.2f×\n",
-		ratio(gi.rate(), idm.rate()), ratio(float64(gi.p99), float64(idm.p99)))
+	b.reportRPC(res, idm)
 }
 
-// startBareGRPC starts the bare grpc-go server (this binary, re-executed)
-// and returns its address.
-func (b *bench) startBareGRPC(ctx context.Context) (string, error) {
+// startBareRPC starts a reference RPC server (serve-bare-grpc or
+// serve-bare-connect) and returns its address once it answers NextID.
+func (b *bench) startBareRPC(ctx context.Context, kind string) (string, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return "", err
@@ -296,10 +310,10 @@ func (b *bench) startBareGRPC(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if _, err := b.start(ctx, "serve-bare-grpc", self, "serve-bare-grpc", "--listen", addr); err != nil {
+	if _, err := b.start(ctx, kind, self, kind, "--listen", addr); err != nil {
 		return "", err
 	}
-	return addr, waitGRPC(ctx, addr)
+	return addr, waitGRPC(ctx, addr, "warm")
 }
 
 // roundTrips prints, per tag, the segment loads per million IDs issued: each
@@ -494,14 +508,15 @@ type process struct {
 	stop func()
 }
 
-// startIdmint starts `idmint serve` with its defaults (and extra flags) on a
+// startIdmint starts `idmint serve` with its defaults (its grpc-go listener
+// off, unless extra sets --grpc-listen; and extra flags) on a
 // free port, logging to a file, and waits until it answers.
 func (b *bench) startIdmint(ctx context.Context, name string, extra ...string) (*process, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{"serve", "--database-url", b.db, "--listen", addr, "--instance", "bench-" + name}, extra...)
+	args := append([]string{"serve", "--database-url", b.db, "--listen", addr, "--instance", "bench-" + name, "--grpc-listen", "off"}, extra...)
 	p, err := b.start(ctx, name, b.cfg.idmint, args...)
 	if err != nil {
 		return nil, err

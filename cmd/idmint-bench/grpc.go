@@ -17,9 +17,10 @@ import (
 	"github.com/idmint/idmint/rpcapi/gen/idmint/v1/idmintv1connect"
 )
 
-// Unary gRPC NextID over h2c, measured by a small Go load generator (wrk
-// speaks no HTTP/2): `idmint serve` against a bare grpc-go server that
-// returns an atomic counter, the ceiling of a gRPC ID server.
+// Unary NextID over h2c, measured by a small Go load generator (wrk speaks
+// no HTTP/2): `idmint serve` (gRPC on --grpc-listen, gRPC and Connect on
+// its HTTP port) against a bare grpc-go server and a bare connect-go
+// handler that return an atomic counter, the ceilings of each transport.
 
 // bareGRPC is the reference gRPC server: idmint.v1.IDService/NextID alone,
 // registered by hand with the schema's messages.
@@ -75,25 +76,19 @@ type grpcLoad struct {
 // run): enough for p99, bounded memory.
 const maxSamples = 1 << 20
 
-// run calls addr for d (the load's duration when 0) and returns the
-// figures as a wrk run's: requests, duration, p50, p99, failed calls.
-func (l grpcLoad) run(ctx context.Context, addr, tag string, d time.Duration) (result, error) {
+// run calls the target for d (the load's duration when 0), over l.conns
+// connections of dial, each shared by its share of l.workers goroutines
+// calling back to back, and returns the figures as a wrk run's: requests,
+// duration, p50, p99, failed calls.
+func (l grpcLoad) run(ctx context.Context, dial dialer, d time.Duration) (result, error) {
 	if d == 0 {
 		d = l.duration
 	}
-	conns := make([]*grpc.ClientConn, l.conns)
-	for i := range conns {
-		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			return result{}, err
-		}
-		defer cc.Close()
-		// One call first, so that the connection is up before the clock.
-		if err := callNextID(ctx, cc, tag); err != nil {
-			return result{}, fmt.Errorf("grpc %s: %w", addr, err)
-		}
-		conns[i] = cc
+	calls, closeAll, err := openConns(ctx, dial, l.conns)
+	if err != nil {
+		return result{}, err
 	}
+	defer closeAll()
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
@@ -104,7 +99,7 @@ func (l grpcLoad) run(ctx context.Context, addr, tag string, d time.Duration) (r
 	start := time.Now()
 	deadline := start.Add(d)
 	for w := range l.workers {
-		cc := conns[w%len(conns)]
+		call := calls[w%len(calls)]
 		wg.Go(func() {
 			var mine []time.Duration
 			for ctx.Err() == nil {
@@ -112,7 +107,7 @@ func (l grpcLoad) run(ctx context.Context, addr, tag string, d time.Duration) (r
 				if t0.After(deadline) {
 					break
 				}
-				err := callNextID(ctx, cc, tag)
+				err := call(ctx)
 				if len(mine) < maxSamples {
 					mine = append(mine, time.Since(t0))
 				}
@@ -131,11 +126,43 @@ func (l grpcLoad) run(ctx context.Context, addr, tag string, d time.Duration) (r
 		return result{}, err
 	}
 	r := result{requests: requests.Load(), duration: time.Since(start), non2xx: failed.Load()}
-	slices.Sort(samples)
-	if n := len(samples); n > 0 {
-		r.p50, r.p99 = samples[n/2].Round(time.Microsecond), samples[min(n-1, n*99/100)].Round(time.Microsecond)
-	}
+	r.p50, r.p99 = percentiles(samples)
 	return r, nil
+}
+
+// openConns opens n connections of dial and makes one call on each, so
+// that they are up before the clock; closeAll closes them.
+func openConns(ctx context.Context, dial dialer, n int) (calls []func(context.Context) error, closeAll func(), err error) {
+	var closers []func()
+	closeAll = func() {
+		for _, c := range closers {
+			c()
+		}
+	}
+	for range n {
+		call, closeConn, err := dial(ctx)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		closers = append(closers, closeConn)
+		if err := call(ctx); err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		calls = append(calls, call)
+	}
+	return calls, closeAll, nil
+}
+
+// percentiles sorts samples and returns their p50 and p99.
+func percentiles(samples []time.Duration) (p50, p99 time.Duration) {
+	slices.Sort(samples)
+	n := len(samples)
+	if n == 0 {
+		return 0, 0
+	}
+	return samples[n/2].Round(time.Microsecond), samples[min(n-1, n*99/100)].Round(time.Microsecond)
 }
 
 func callNextID(ctx context.Context, cc *grpc.ClientConn, tag string) error {
@@ -143,8 +170,8 @@ func callNextID(ctx context.Context, cc *grpc.ClientConn, tag string) error {
 	return cc.Invoke(ctx, idmintv1connect.IDServiceNextIDProcedure, &idmintv1.NextIDRequest{BizTag: tag}, &resp)
 }
 
-// waitGRPC waits until addr answers NextID, for at most 20s.
-func waitGRPC(ctx context.Context, addr string) error {
+// waitGRPC waits until addr answers NextID of tag, for at most 20s.
+func waitGRPC(ctx context.Context, addr, tag string) error {
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return err
@@ -153,7 +180,7 @@ func waitGRPC(ctx context.Context, addr string) error {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	for {
-		err := callNextID(ctx, cc, "warm")
+		err := callNextID(ctx, cc, tag)
 		if err == nil {
 			return nil
 		}

@@ -4,9 +4,14 @@
 //   - bare: net/http returning an atomic counter as JSON (the ceiling);
 //   - idmint: `idmint serve` with its default configuration;
 //   - nextval: net/http calling PostgreSQL nextval() once per ID;
-//   - and for unary gRPC NextID over h2c, idmint against a bare grpc-go
-//     server returning an atomic counter, driven by a small Go load
-//     generator (grpc.go).
+//   - and for unary NextID over h2c, driven by a small Go load generator
+//     (grpc.go): idmint's --grpc-listen (grpc-go) against a bare grpc-go
+//     server, and gRPC and Connect on idmint's HTTP port against a bare
+//     connect-go handler on net/http, each returning an atomic counter;
+//   - then open loop (openloop.go: calls on a fixed schedule at half the
+//     bare server's measured ceiling, latency counted from when each call
+//     was due): grpc-go bare against --grpc-listen, and GET /id bare
+//     net/http against idmint.
 //
 // wrk drives each in alternating rounds; the command prints the median
 // rate and latency of each, idmint's ratios to the bare server, database
@@ -45,7 +50,7 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 {
 		switch args[0] {
-		case "serve-bare", "serve-nextval", "serve-bare-grpc":
+		case "serve-bare", "serve-nextval", "serve-bare-grpc", "serve-bare-connect":
 			return runReference(ctx, args[0], args[1:], stderr)
 		}
 	}

@@ -22,7 +22,14 @@ import (
 	"github.com/idmint/idmint/migrations"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+// TestMain runs the tests with serve's grpc-go listener off
+// (IDMINT_GRPC_LISTEN=off, inherited by the idmint processes the tests
+// start), so that instances on one host do not contend for its default
+// port; the tests of the listener set --grpc-listen.
+func TestMain(m *testing.M) {
+	os.Setenv("IDMINT_GRPC_LISTEN", "off")
+	os.Exit(pgtest.Main(m))
+}
 
 // idmint runs one command in-process and returns its output.
 func idmint(tb testing.TB, args ...string) string {

@@ -43,6 +43,7 @@ type serveConfig struct {
 	access          accessConfig
 	replication     postgres.ReplicationConfig
 	tls             tlsServerConfig
+	grpc            grpcListenConfig
 }
 
 // accessConfig holds the flags of access control and limits.
@@ -146,6 +147,7 @@ func serveFlags(fs *flag.FlagSet) runFunc {
 	c.snowflake.register(fs)
 	c.access.register(fs)
 	c.tls.register(fs)
+	c.grpc.register(fs)
 	return func(ctx context.Context, out output, _ []string) error {
 		if c.maxCount < 1 || c.maxCount > allocator.MaxN {
 			return fmt.Errorf("--max-count %d: want 1 to %d", c.maxCount, allocator.MaxN)
@@ -210,6 +212,18 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) 
 		}
 		return nil
 	})
+	grpcLn, err := c.grpc.listen()
+	if err != nil {
+		return err
+	}
+	if grpcLn != nil {
+		started.push("grpc listener", func(context.Context) error {
+			if err := grpcLn.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			return nil
+		})
+	}
 	store, err := openStore(ctx, c.store, c.migrate, logger, func(msg string) { logger.Warn(msg) })
 	if err != nil {
 		return err
@@ -267,6 +281,7 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) 
 			return nil
 		})
 	}
+	rpc := rpcapi.New()
 	api := httpapi.NewServer(httpapi.Config{
 		Allocator:      alloc,
 		Instance:       c.instance,
@@ -283,7 +298,7 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) 
 		Admin:          store.admin,
 		TokenAdmin:     store.tokens,
 		TLS:            c.tls.health(),
-		RPC:            rpcapi.New(),
+		RPC:            rpc,
 	})
 	srv := api.HTTPServer()
 	srv.ErrorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
@@ -306,7 +321,14 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) 
 		started.push("segment-log pruning", func(context.Context) error { stopBG(); <-done; return nil })
 	}
 
-	logger.Info("idmint serving", "listen", ln.Addr().String(), "instance", c.instance, "version", version(),
+	var grpcSrv *grpcListener
+	grpcFailed := (<-chan struct{})(nil)
+	grpcAddr := "off"
+	if grpcLn != nil {
+		grpcSrv = newGRPCListener(grpcLn, rpc, tlsConfig, logger)
+		grpcAddr = grpcLn.Addr().String()
+	}
+	logger.Info("idmint serving", "listen", ln.Addr().String(), "grpc_listen", grpcAddr, "instance", c.instance, "version", version(),
 		"auth", auth.IDs, "protect_monitoring", auth.ProtectMonitoring,
 		"tls", c.tls.health().Enabled, "client_certificates", c.tls.health().ClientCertificates)
 	serveErr := make(chan error, 1)
@@ -318,14 +340,27 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) 
 		}
 		serveErr <- srv.Serve(ln)
 	}()
+	// The gRPC server starts after the HTTP one and stops before it.
+	if grpcSrv != nil {
+		grpcSrv.start()
+		started.push("grpc server", grpcSrv.stop)
+		grpcFailed = grpcSrv.failed()
+	}
 	select {
 	case err = <-serveErr:
 		return fmt.Errorf("http server: %w", err)
+	case <-grpcFailed:
+		return fmt.Errorf("grpc server: %w", grpcSrv.stop(ctx))
 	case <-ctx.Done():
 	}
 	logger.Info("shutting down: draining in-flight requests", "timeout", c.shutdownTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
 	defer cancel()
+	if grpcSrv != nil {
+		if e := grpcSrv.stop(sctx); e != nil {
+			logger.Warn("grpc graceful stop", "err", e)
+		}
+	}
 	if e := srv.Shutdown(sctx); e != nil {
 		logger.Warn("graceful shutdown cut short", "err", e)
 	}

@@ -192,7 +192,7 @@ start_node() {
 start_idmint() {
 	local i=$1
 	spawn "idmint$i" env $(grep -E '^IDMINT_[A-Z_]+=' "$here/idmint.env") \
-		IDMINT_DATABASE_URL="$(database_url)" IDMINT_LISTEN="127.0.0.1:$(idmint_port "$i")" IDMINT_INSTANCE="idmint$i" \
+		IDMINT_DATABASE_URL="$(database_url)" IDMINT_LISTEN="127.0.0.1:$(idmint_port "$i")" IDMINT_INSTANCE="idmint$i" IDMINT_GRPC_LISTEN=off \
 		"$idmint" serve
 }
 

@@ -222,8 +222,11 @@ func TestChart(t *testing.T) {
 				if env(c, "IDMINT_AUTH") != "open" || env(c, "IDMINT_PROTECT_MONITORING") != "false" || env(c, "IDMINT_MIGRATE") != "true" {
 					t.Errorf("env: %+v", c.Env)
 				}
-				if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--grpc-listen") }) {
-					t.Errorf("args %v: --grpc-listen is off by default", c.Args)
+				// serve's own listener is on by default (:50051): off unless
+				// grpc.listenPort names the port the chart exposes.
+				if !slices.Contains(c.Args, "--grpc-listen=off") ||
+					slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--grpc-listen=:") }) {
+					t.Errorf("args %v: want --grpc-listen=off by default", c.Args)
 				}
 				if r.deployment.Spec.Strategy.RollingUpdate.MaxUnavailable.IntValue() != 0 {
 					t.Errorf("strategy %+v: a rolling update must not take capacity away", r.deployment.Spec.Strategy)

@@ -19,7 +19,14 @@ import (
 	"github.com/idmint/idmint/segment"
 )
 
-func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
+// TestMain runs the tests with serve's grpc-go listener off
+// (IDMINT_GRPC_LISTEN=off, inherited by the idmint processes the tests
+// start), so that instances on one host do not contend for its default
+// port; the tests of the listener set --grpc-listen.
+func TestMain(m *testing.M) {
+	os.Setenv("IDMINT_GRPC_LISTEN", "off")
+	os.Exit(pgtest.Main(m))
+}
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 

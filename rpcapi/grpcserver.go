@@ -1,0 +1,321 @@
+package rpcapi
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/go-chi/chi/v5"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	_ "google.golang.org/grpc/encoding/gzip" // gzip, inflated no further than MaxRecvMsgSize
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+	"google.golang.org/protobuf/protoadapt"
+
+	"github.com/idmint/idmint/httpapi"
+	idmintv1 "github.com/idmint/idmint/rpcapi/gen/idmint/v1"
+)
+
+// GRPCConfig shapes the grpc-go listener (NewGRPCServer).
+type GRPCConfig struct {
+	// TLS, when set, is the listener's TLS configuration: the HTTP
+	// listener's own (idmint serve passes its reloading one, so a renewed
+	// certificate or client CA applies to both). Nil serves cleartext
+	// (h2c).
+	TLS *tls.Config
+	// MaxConcurrentStreams bounds the calls in flight on one connection
+	// (0: DefaultMaxConcurrentStreams).
+	MaxConcurrentStreams uint32
+	// Logger logs a procedure's panic; nil is slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultMaxConcurrentStreams is net/http's HTTP/2 default, so that a
+// client sees the same bound on both ports.
+const DefaultMaxConcurrentStreams = 250
+
+// Keepalive enforcement: a client may ping an idle connection, but not
+// more often than minPingInterval (more often is answered GOAWAY, as
+// grpc-go's default policy does at 5 minutes, which would cut off the many
+// clients that ping every 10 to 60 s). The server pings a connection quiet
+// for pingAfter and closes it when no answer comes within pingTimeout;
+// a connection is recycled after maxConnectionAge (plus the grace for the
+// calls in flight), so that clients spread over instances that come up.
+const (
+	minPingInterval       = 10 * time.Second
+	pingAfter             = time.Minute
+	pingTimeout           = 20 * time.Second
+	maxConnectionAge      = 30 * time.Minute
+	maxConnectionAgeGrace = time.Minute
+)
+
+// NewGRPCServer returns a grpc-go server of the procedures s serves on its
+// HTTP port (Mount must have run: httpapi.NewServer with s as its RPC),
+// grpc.health.v1 (Check from /id/health, as on the HTTP port) and
+// reflection. A call has what it has on the HTTP port: the same typed
+// procedures, tokens, scopes, limits, request IDs (ErrorInfo's
+// "request_id") and error details, and the same series of
+// idmint_http_requests_total and idmint_http_request_duration_seconds, by
+// procedure path. A caller that the procedure's access control refuses
+// from its metadata is refused in the tap, before its message is read;
+// a message (inflated, when gzipped) is bounded by maxMessageBytes.
+func NewGRPCServer(s *Service, cfg GRPCConfig) *grpc.Server {
+	if s.srv == nil {
+		panic("rpcapi: NewGRPCServer of a Service no httpapi.Server mounted")
+	}
+	if cfg.MaxConcurrentStreams == 0 {
+		cfg.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	g := &grpcServer{s: s, logger: cfg.Logger, unary: map[string]bool{}}
+	lim := s.srv.EffectiveLimits()
+	opts := []grpc.ServerOption{
+		grpc.InTapHandle(g.tap),
+		grpc.MaxRecvMsgSize(maxMessageBytes),
+		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: minPingInterval, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle:     lim.IdleTimeout,
+			MaxConnectionAge:      maxConnectionAge,
+			MaxConnectionAgeGrace: maxConnectionAgeGrace,
+			Time:                  pingAfter,
+			Timeout:               pingTimeout,
+		}),
+	}
+	// The HTTP port's bounds on headers and on the time to send them (a
+	// zero one is grpc-go's default, not none: 0 would refuse everything).
+	if lim.MaxHeaderBytes > 0 {
+		opts = append(opts, grpc.MaxHeaderListSize(uint32(lim.MaxHeaderBytes)))
+	}
+	if lim.ReadHeaderTimeout > 0 {
+		opts = append(opts, grpc.ConnectionTimeout(lim.ReadHeaderTimeout))
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	gs := grpc.NewServer(opts...)
+	services := []struct {
+		desc *grpc.ServiceDesc
+		impl any
+	}{
+		{&idmintv1.IDService_ServiceDesc, grpcIDs{h: ids{s}}},
+		{&idmintv1.SegmentService_ServiceDesc, grpcSegments{h: segments{s}}},
+		{&idmintv1.SnowflakeService_ServiceDesc, grpcSnowflakes{h: snowflakes{s}}},
+		{&idmintv1.AdminService_ServiceDesc, grpcAdmin{h: admin{s}}},
+	}
+	served := map[string]bool{}
+	for _, sv := range services {
+		if d := g.wrap(sv.desc, s.served); d != nil {
+			gs.RegisterService(d, sv.impl)
+			served[sv.desc.ServiceName] = true
+		}
+	}
+	hd := g.wrap(&healthpb.Health_ServiceDesc, func(string) bool { return true })
+	gs.RegisterService(hd, grpcHealth{h: &health{gw: &s.gw, services: served}})
+	reflection.Register(gs)
+	return gs
+}
+
+// served says whether the HTTP server serves procedure's route, as Mount
+// decides which procedures to mount.
+func (s *Service) served(procedure string) bool {
+	for _, op := range operations {
+		if op.procedure != procedure {
+			continue
+		}
+		path := strings.ReplaceAll(strings.ReplaceAll(op.path, "{biz_tag}", "t"), "{name}", "n")
+		return s.gw.router.(chi.Routes).Match(chi.NewRouteContext(), op.method, path)
+	}
+	return false
+}
+
+// grpcServer is NewGRPCServer's state: the service, and the unary
+// procedures it wraps (call).
+type grpcServer struct {
+	s      *Service
+	logger *slog.Logger
+	unary  map[string]bool // full method names; written only by NewGRPCServer
+}
+
+// wrap returns desc with only the methods keep keeps, each run by call;
+// nil when it keeps none. Streams (none in idmint's services; the health
+// Watch) stay as they are.
+func (g *grpcServer) wrap(desc *grpc.ServiceDesc, keep func(procedure string) bool) *grpc.ServiceDesc {
+	d := *desc
+	d.Methods = nil
+	for _, m := range desc.Methods {
+		full := "/" + desc.ServiceName + "/" + m.MethodName
+		if !keep(full) {
+			continue
+		}
+		g.unary[full] = true
+		d.Methods = append(d.Methods, grpc.MethodDesc{MethodName: m.MethodName, Handler: g.call(full, m.Handler)})
+	}
+	if len(d.Methods) == 0 && len(d.Streams) == 0 {
+		return nil
+	}
+	d.Streams = slices.Clone(desc.Streams)
+	return &d
+}
+
+// grpcCall is one unary call: its caller and its httpapi.Call (request ID,
+// bounded wait, metrics), made in the tap.
+type grpcCall struct {
+	c    caller
+	call *httpapi.Call
+}
+
+type grpcCallKey struct{}
+
+// begin makes the call of procedure from ctx (the stream's: its peer) and
+// md; its context carries it.
+func (g *grpcServer) begin(ctx context.Context, md metadata.MD) *grpcCall {
+	var addr string
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		addr = p.Addr.String()
+	}
+	rc := &grpcCall{c: newCaller(md["authorization"], addr)}
+	var id string
+	if v := md[requestIDKey]; len(v) > 0 {
+		id = v[0]
+	}
+	rc.call = g.s.srv.NewCall(context.WithValue(ctx, grpcCallKey{}, rc), id, addr)
+	return rc
+}
+
+// requestIDKey is the metadata a caller may name its call's request ID by,
+// X-Request-Id on HTTP.
+const requestIDKey = "x-request-id"
+
+// tap runs when a call's headers arrive, before anything of its message is
+// read (grpc-go calls it from the connection's reader): a unary procedure
+// gets its call, and a caller its access control refuses from the
+// metadata alone is answered at once, the rest of its stream reset
+// unread. grpc-go cannot run an interceptor this early: a unary handler
+// decodes its message before interceptors run.
+func (g *grpcServer) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
+	if !g.unary[info.FullMethodName] {
+		return ctx, nil
+	}
+	rc := g.begin(ctx, info.Header)
+	cctx := rc.call.Context()
+	if err := g.s.precheck(cctx, info.FullMethodName, rc.c); err != nil {
+		ce := connectError(cctx, err)
+		rc.call.End(info.FullMethodName, httpStatusOf(ce.Code()))
+		return nil, grpcStatus(ce).Err()
+	}
+	return cctx, nil
+}
+
+// call runs a unary procedure's generated handler h (decode, then the
+// typed procedure) in the call the tap made, turns its error into a gRPC
+// status carrying its details, recovers a panic as Internal, and ends the
+// call.
+func (g *grpcServer) call(procedure string, h grpc.MethodHandler) grpc.MethodHandler {
+	return func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (reply any, err error) {
+		rc, _ := ctx.Value(grpcCallKey{}).(*grpcCall)
+		if rc == nil { // not through the tap: cannot happen with NewGRPCServer's options
+			return nil, status.Error(codes.Internal, errInternal.Error())
+		}
+		code := codes.OK
+		defer func() {
+			if v := recover(); v != nil {
+				g.logger.Error("panic serving call", "procedure", procedure, "panic", fmt.Sprint(v),
+					"request_id", rc.call.RequestID(), "stack", string(debug.Stack()))
+				reply, err, code = nil, status.Error(codes.Internal, errInternal.Error()), codes.Internal
+			}
+			rc.call.End(procedure, httpStatusOf(connect.Code(code)))
+		}()
+		reply, err = h(srv, rc.call.Context(), dec, nil)
+		if err == nil {
+			return reply, nil
+		}
+		if st, ok := status.FromError(err); ok {
+			// grpc-go's own (a message that does not decode).
+			code = st.Code()
+			return nil, err
+		}
+		ce := connectError(rc.call.Context(), err)
+		code = codes.Code(ce.Code())
+		if v := ce.Meta().Get("Retry-After"); v != "" {
+			_ = grpc.SetTrailer(ctx, metadata.Pairs("retry-after", v))
+		}
+		return nil, grpcStatus(ce).Err()
+	}
+}
+
+// grpcStatus is e as a gRPC status: the same code and message, and its
+// details (google.rpc.ErrorInfo, RetryInfo), so that a grpc-go client
+// sees what it sees from the HTTP port.
+func grpcStatus(e *connect.Error) *status.Status {
+	st := status.New(codes.Code(e.Code()), e.Message())
+	ds := e.Details()
+	if len(ds) == 0 {
+		return st
+	}
+	details := make([]protoadapt.MessageV1, 0, len(ds))
+	for _, d := range ds {
+		if v, err := d.Value(); err == nil {
+			details = append(details, protoadapt.MessageV1Of(v))
+		}
+	}
+	if withDetails, err := st.WithDetails(details...); err == nil {
+		return withDetails
+	}
+	return st
+}
+
+// httpStatusOf is the HTTP status a call of this code has in the metrics:
+// Connect's mapping of codes to statuses (the one its unary calls on the
+// HTTP port answer with).
+func httpStatusOf(c connect.Code) int {
+	switch c {
+	case 0:
+		return http.StatusOK
+	case connect.CodeCanceled:
+		return 499
+	case connect.CodeInvalidArgument, connect.CodeFailedPrecondition, connect.CodeOutOfRange:
+		return http.StatusBadRequest
+	case connect.CodeDeadlineExceeded:
+		return http.StatusGatewayTimeout
+	case connect.CodeNotFound:
+		return http.StatusNotFound
+	case connect.CodeAlreadyExists, connect.CodeAborted:
+		return http.StatusConflict
+	case connect.CodePermissionDenied:
+		return http.StatusForbidden
+	case connect.CodeResourceExhausted:
+		return http.StatusTooManyRequests
+	case connect.CodeUnimplemented:
+		return http.StatusNotImplemented
+	case connect.CodeUnavailable:
+		return http.StatusServiceUnavailable
+	case connect.CodeUnauthenticated:
+		return http.StatusUnauthorized
+	}
+	return http.StatusInternalServerError
+}
+
+// callerOfContext is the caller of the call ctx belongs to.
+func callerOfContext(ctx context.Context) caller {
+	if rc, ok := ctx.Value(grpcCallKey{}).(*grpcCall); ok {
+		return rc.c
+	}
+	return caller{}
+}
