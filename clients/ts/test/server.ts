@@ -68,6 +68,8 @@ export interface ServerOptions {
   auth?: boolean;
   /** Serve HTTPS with idmint dev-certs' files; with mTLS, ask for client certificates. */
   tls?: "tls" | "mtls";
+  /** Serve another server's SQLite file (its tags and tokens) instead of a new one. */
+  shareWith?: Server;
   /** --range-grants-per-second (default 0: unlimited). */
   rangeGrantsPerSecond?: number;
 }
@@ -88,15 +90,15 @@ export class Server {
 
   static async start(opts: ServerOptions): Promise<Server> {
     const dir = tempDir();
-    const data = join(dir, "data");
-    for (const t of opts.tags) {
+    const data = opts.shareWith?.dataDir ?? join(dir, "data");
+    for (const t of opts.shareWith ? [] : opts.tags) {
       const args = ["tag", "create", t.name, "--data-dir", data];
       if (t.step !== undefined) args.push("--step", String(t.step));
       if (t.maxStep !== undefined) args.push("--max-step", String(t.maxStep));
       run(args);
     }
-    const tokens: Record<string, string> = {};
-    for (const [name, scope] of Object.entries(opts.tokens ?? {})) {
+    const tokens: Record<string, string> = { ...opts.shareWith?.tokens };
+    for (const [name, scope] of Object.entries(opts.shareWith ? {} : (opts.tokens ?? {}))) {
       tokens[name] = run(["token", "create", "--data-dir", data, "--name", name, "--scope", scope]).trim();
     }
     const port = await freePort();
@@ -142,6 +144,14 @@ export class Server {
 
   log(): string {
     return readFileSync(this.logFile, "utf8");
+  }
+
+  /** kill ends the server at once (SIGKILL), as a crash would. */
+  async kill(): Promise<void> {
+    if (this.proc.exitCode !== null || this.proc.signalCode !== null) return;
+    const exited = new Promise<void>((r) => this.proc.once("exit", () => r()));
+    this.proc.kill("SIGKILL");
+    await exited;
   }
 
   /** stop ends the server: SIGTERM, SIGKILL after 10 s. */
