@@ -384,6 +384,7 @@ export class TagBuffer {
   private install(g: Grant): void {
     if (g.first <= this.floor) {
       this.counts.refused++;
+      this.counts.abandoned += Number(g.last - g.first + 1n);
       this.failed(
         new IdmintError(
           ClientCode.RolledBack,

@@ -133,7 +133,7 @@ export class Client {
       }
     } catch (e) {
       if (e instanceof IdmintError) {
-        (e as IdmintError & { ids?: bigint[] }).ids = ids;
+        e.ids = ids;
       }
       throw e;
     }

@@ -61,6 +61,11 @@ export class IdmintError extends Error {
   readonly serverRequestId: string | undefined;
   /** What the client did with the request (see Disposition). */
   readonly disposition: Disposition;
+  /**
+   * The IDs nextN took before the error (maybe none): unique like any
+   * others; a caller that needs all or nothing drops them (a gap).
+   */
+  ids: bigint[] | undefined;
 
   constructor(
     code: string,

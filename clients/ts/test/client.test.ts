@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { Worker } from "node:worker_threads";
 import { Code } from "@connectrpc/connect";
-import { createConnectTransport as createWebTransport } from "@connectrpc/connect-web";
+import { createConnectTransport as createWebTransport, createGrpcWebTransport } from "@connectrpc/connect-web";
 import { createClient, createClientWithTransports, IdmintError, type Client } from "../src/index.js";
 import { LossyProxy } from "./proxy.js";
 import { Server, freePort } from "./server.js";
@@ -27,6 +27,7 @@ before(async () => {
         { name: "lost2", step: 100 },
         { name: "gb", step: 100 },
         { name: "pre", step: 100 },
+        { name: "ready", step: 100 },
         { name: "workers", step: 100, maxStep: 1000 },
         { name: "web", step: 100 },
         { name: "narrow", step: 10 },
@@ -113,6 +114,21 @@ describe("ranges", () => {
     assert.deepEqual(st.current, { first: 1n, last: 100n });
     assert.ok(st.next !== undefined && st.next.first === 101n, `next range ${JSON.stringify(st.next, (_, v) => String(v))}`);
     assert.equal(c.stats().requests, 2);
+    await c.close();
+  });
+});
+
+describe("ready", () => {
+  test("loads the first range of the tags without taking an ID", async () => {
+    const c = createClient({ urls: plain.url, token, tags: ["ready"] });
+    await c.ready();
+    const st = c.stats();
+    assert.equal(st.requests, 1);
+    assert.equal(st.tags[0]!.loads, 1);
+    assert.equal(st.tags[0]!.issued, 0);
+    assert.equal(await c.next("ready"), 1n);
+    assert.equal(c.stats().requests, 1, "served from the range ready loaded");
+    await assert.rejects(c.ready(["no-such-tag"]), (e: unknown) => e instanceof IdmintError && e.code === "unknown_tag");
     await c.close();
   });
 });
@@ -234,8 +250,19 @@ describe("refusals", () => {
 
 describe("a rate limit", () => {
   test("is waited out as its RetryInfo says, under the same request ID", async () => {
-    const limited = await Server.start({ tags: [{ name: "rl", step: 10, maxStep: 10 }], rangeGrantsPerSecond: 1 });
+    const limited = await Server.start({ tags: [{ name: "rl", step: 10, maxStep: 10 }, { name: "rl2", step: 10, maxStep: 10 }], rangeGrantsPerSecond: 1 });
     try {
+      // Two grants pass (the burst), the third waits a second: longer than
+      // this caller waits. nextN fails with the 20 IDs it took.
+      const short = createClient({ urls: limited.url, waitTimeoutMs: 300 });
+      const err = await short.nextN("rl2", 25).then(
+        () => assert.fail("no error"),
+        (e: unknown) => e,
+      );
+      assert.ok(err instanceof IdmintError && err.code === "unavailable" && !err.final, `${err}`);
+      assert.deepEqual(err.ids, Array.from({ length: 20 }, (_, i) => BigInt(i + 1)));
+      await short.close();
+
       const c = createClient({ urls: limited.url, waitTimeoutMs: 10_000 });
       // Ten-ID ranges at one grant a second (burst two): most loads are
       // refused rate_limited first, with a RetryInfo of 1 s.
@@ -365,19 +392,22 @@ describe("concurrency beyond one event loop", () => {
 });
 
 describe("the browser-safe entry", () => {
-  test("serves over connect-web's fetch transport (the Connect protocol, JSON)", async () => {
-    const c = createClientWithTransports({
-      transports: [{ url: plain.url, transport: createWebTransport({ baseUrl: plain.url }) }],
-      token,
-    });
-    const ids = await take(c, "web", 4, 100);
-    assertUnique(ids.flat());
-    const err = await c.next("nope-web").then(
-      () => assert.fail("no error"),
-      (e: unknown) => e,
-    );
-    assert.ok(err instanceof IdmintError && err.code === "unknown_tag" && err.final);
-    await c.close();
-    assert.ok(c.stats().tags.find((t) => t.tag === "web")!.givenBack > 0);
+  test("serves over connect-web's fetch transports (Connect in JSON, gRPC-Web)", async () => {
+    const seen: bigint[] = [];
+    for (const make of [createWebTransport, createGrpcWebTransport]) {
+      const c = createClientWithTransports({ transports: [{ url: plain.url, transport: make({ baseUrl: plain.url }) }], token });
+      const ids = await take(c, "web", 4, 100);
+      seen.push(...ids.flat());
+      const err = await c.next("nope-web").then(
+        () => assert.fail("no error"),
+        (e: unknown) => e,
+      );
+      assert.ok(err instanceof IdmintError && err.code === "unknown_tag" && err.final, `${err}`);
+      await c.close();
+      assert.ok(c.stats().tags.find((t) => t.tag === "web")!.givenBack > 0);
+    }
+    assertUnique(seen);
+    // The second client started where the first gave back.
+    assert.equal(seen.reduce((m, x) => (x > m ? x : m), 0n), 800n);
   });
 });
