@@ -474,13 +474,8 @@ export class TagBuffer {
       clearTimeout(w.timer);
       w.reject(closedError(this.tag));
     }
-    if (this.loading !== undefined) {
-      let timer: ReturnType<typeof setTimeout> | undefined;
-      await Promise.race([this.loading, new Promise<void>((r) => (timer = setTimeout(r, Math.max(0, Math.min(this.cfg.closeWaitMs, deadline - Date.now())))))]);
-      clearTimeout(timer);
-    }
-    this.abort.abort();
-    await this.loading;
+    // The unused IDs are taken out now, before any await: no caller can
+    // take from them while close waits below.
     const unused: { r: Range; req: Request }[] = [];
     const add = (s: Span | undefined) => {
       if (s !== undefined && s.next <= s.last) {
@@ -490,8 +485,16 @@ export class TagBuffer {
     };
     add(this.cur);
     add(this.nextSpan);
-    this.late.forEach(add);
     this.cur = this.nextSpan = undefined;
+    if (this.loading !== undefined) {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      await Promise.race([this.loading, new Promise<void>((r) => (timer = setTimeout(r, Math.max(0, Math.min(this.cfg.closeWaitMs, deadline - Date.now())))))]);
+      clearTimeout(timer);
+    }
+    this.abort.abort();
+    await this.loading;
+    // A load that ended during close left its range here, never served.
+    this.late.forEach(add);
     this.late = [];
     for (const req of this.pending.splice(0)) {
       try {

@@ -308,6 +308,22 @@ describe("close", () => {
     await c.close();
   });
 
+  test("hands out nothing once it has begun", async () => {
+    const c = createClient({ urls: plain.url, token });
+    const before = await c.nextN("gb", 3);
+    const closing = c.close();
+    await assert.rejects(c.next("gb"), (e: unknown) => e instanceof IdmintError && e.code === "closed");
+    await assert.rejects(c.nextN("gb", 2), (e: unknown) => e instanceof IdmintError && e.code === "closed");
+    await closing;
+    const st = c.stats().tags[0]!;
+    assert.equal(st.issued, 3);
+    // Every ID of the range is handed out or given back.
+    assert.equal(st.issued + st.givenBack + st.abandoned, st.step);
+    const d = createClient({ urls: plain.url, token });
+    assert.equal(await d.next("gb"), before[2]! + 1n);
+    await d.close();
+  });
+
   test("keeps the tail when the tag was granted more since (a gap, never a duplicate)", async () => {
     const a = createClient({ urls: plain.url, token });
     const b = createClient({ urls: plain.url, token });
