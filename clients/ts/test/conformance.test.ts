@@ -5,11 +5,12 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { after, before, test } from "node:test";
+import { fileURLToPath } from "node:url";
 import { createClient } from "../src/index.js";
 import { LossyProxy } from "./proxy.js";
 import { Server } from "./server.js";
 
-const program = new URL("../../conformance", import.meta.url).pathname;
+const program = fileURLToPath(new URL("../../conformance", import.meta.url));
 
 interface Run {
   code: number | null;

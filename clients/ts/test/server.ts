@@ -8,8 +8,10 @@ import { mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
 
-const repo = resolve(new URL(".", import.meta.url).pathname, "../../../..");
+// dist/test/ of clients/ts: the repository is four levels up.
+const repo = resolve(fileURLToPath(new URL(".", import.meta.url)), "../../../..");
 
 let binary: string | undefined;
 const scratch: string[] = [];
