@@ -8,7 +8,7 @@ GO    ?= go
 IMAGE ?= idmint:dev
 BIN   ?= bin/idmint
 
-.PHONY: run dev-certs tools test test-helm test-clients test-java bench bench-http lint generate proto-baseline build image drill drill-ha drill-far drill-failover drill-runway fuzz mutate
+.PHONY: run dev-certs tools test test-helm test-clients test-java test-ts bench bench-http lint generate proto-baseline build image drill drill-ha drill-far drill-failover drill-runway fuzz mutate
 
 # run builds the binary and execs it rather than `go run`: go run exits 1
 # after an interrupt whatever its child answered, so a clean Ctrl-C ended in
@@ -247,3 +247,10 @@ test-java:
 # the root does not reach it.
 test-helm:
 	cd deploy/helm && GOWORK=off $(GO) vet ./... && GOWORK=off $(GO) test -count=1 ./...
+
+# test-ts installs the TypeScript client's pinned packages (clients/ts,
+# package-lock.json; Node 20 and npm) and runs its tests: that src/gen is
+# what buf generate makes of proto/, then node:test against real
+# `idmint serve` processes built from this tree (go build) on SQLite.
+test-ts:
+	cd clients/ts && npm ci --no-audit --no-fund && npm test

@@ -80,7 +80,18 @@ done
 # run_tests SPEC LOG: runs one test spec in the work tree. A spec that
 # starts with -C DIR runs in the module at DIR (deploy/helm is a module of
 # its own), as go's -C would.
+# A spec "npm: FILE PATTERN" runs the TypeScript client's tests instead
+# (clients/ts: dist/test/FILE, the tests whose names match PATTERN), with
+# the tree's node_modules (npm ci when it has none).
 run_tests() {
+	if [[ $1 == npm:* ]]; then
+		local file pattern
+		read -r file pattern <<<"${1#npm: }"
+		(cd "$work/clients/ts" &&
+			if [[ -d $root/clients/ts/node_modules ]]; then ln -sfn "$root/clients/ts/node_modules" node_modules; else npm ci --no-audit --no-fund; fi &&
+			npm run --silent build && node --test --test-concurrency=1 --test-name-pattern="$pattern" "dist/test/$file") >>"$2" 2>&1
+		return
+	fi
 	local -a args
 	read -r -a args <<<"$1"
 	local dir=.
@@ -129,7 +140,7 @@ for i in "${chosen[@]}"; do
 		pkgs=() dir=.
 		[[ ${args[0]:-} == -C ]] && dir=${args[1]}
 		for a in "${args[@]}"; do [[ $a == ./* ]] && pkgs+=("$a"); done
-		if ! (cd "$work/$dir" && $GO vet "${pkgs[@]}") >"$log" 2>&1; then
+		if [[ ${tests[i]} != npm:* ]] && ! (cd "$work/$dir" && $GO vet "${pkgs[@]}") >"$log" 2>&1; then
 			status="DOES NOT COMPILE"
 		elif run_tests "${tests[i]}" "$log"; then
 			status="SURVIVED"
