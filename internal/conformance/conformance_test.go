@@ -219,7 +219,7 @@ func startInstance(t *testing.T, bin, dbURL, name string, extra ...string) *inst
 	addr := testutil.FreeAddr(t)
 	cmd := exec.Command(bin, "serve", "--database-url", dbURL, "--listen", addr, "--instance", name,
 		"--auth", "token", "--range-grants-per-second", "0", "--log-format", "json", "--access-log=false",
-		"--prune-after", "0", "--snowflake=false")
+		"--prune-after", "0", "--snowflake=false", "--grpc-listen", "off")
 	cmd.Args = append(cmd.Args, extra...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {

@@ -59,7 +59,7 @@ class Server:
         self.tokens = {name: self.token(name, scope) for name, scope in (tokens or {}).items()}
         self.port = free_port()
         args = ["serve", "--listen", f"127.0.0.1:{self.port}", "--auth", auth,
-                "--log-format", "json", "--prune-after", "0", *(extra or [])]
+                "--log-format", "json", "--prune-after", "0", "--grpc-listen", "off", *(extra or [])]
         self.certs = None
         if tls:
             self.certs = os.path.join(self.dir, "certs")

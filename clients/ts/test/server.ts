@@ -104,7 +104,7 @@ export class Server {
       tokens[name] = run(["token", "create", "--data-dir", data, "--name", name, "--scope", scope]).trim();
     }
     const port = await freePort();
-    const args = ["serve", "--data-dir", data, "--listen", `127.0.0.1:${port}`, "--range-grants-per-second", String(opts.rangeGrantsPerSecond ?? 0), "--snowflake=false", "--log-format", "text"];
+    const args = ["serve", "--data-dir", data, "--listen", `127.0.0.1:${port}`, "--range-grants-per-second", String(opts.rangeGrantsPerSecond ?? 0), "--snowflake=false", "--log-format", "text", "--grpc-listen", "off"];
     if (opts.auth) args.push("--auth", "token");
     let certs: string | undefined;
     if (opts.tls) {

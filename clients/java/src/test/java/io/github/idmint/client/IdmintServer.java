@@ -114,7 +114,8 @@ public final class IdmintServer implements AutoCloseable {
                 "--listen", "127.0.0.1:0",
                 "--log-format", "json",
                 "--range-grants-per-second", "0",
-                "--snowflake=false"));
+                "--snowflake=false",
+                "--grpc-listen", "off"));
         cmd.addAll(Arrays.asList(extra));
         boolean tls = cmd.contains("--tls-cert");
         Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
