@@ -11,6 +11,7 @@ import (
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/wire"
 )
 
 // TagAdmin is what the admin API needs to manage tags: an allocator.Admin
@@ -221,9 +222,9 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	case err == nil:
 		return true
 	case errors.Is(err, errBodyTooLarge):
-		s.WriteError(w, r, requestError(CodeBodyTooLarge, "request body too large"))
+		s.WriteError(w, r, requestError(wire.CodeBodyTooLarge, "request body too large"))
 	default:
-		s.WriteError(w, r, requestError(CodeInvalidJSON, err.Error()))
+		s.WriteError(w, r, requestError(wire.CodeInvalidJSON, err.Error()))
 	}
 	return false
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/token"
+	"github.com/idmint/idmint/wire"
 )
 
 // AuthMode says who may ask for IDs.
@@ -345,7 +346,7 @@ func (a *authenticator) lookup(ctx context.Context, id string) (*principal, *api
 }
 
 // errTokensUnchecked is the 503 of a token that cannot be checked.
-var errTokensUnchecked = requestError(CodeUnavailable, "tokens cannot be checked right now: the store cannot be reached; retry later")
+var errTokensUnchecked = requestError(wire.CodeUnavailable, "tokens cannot be checked right now: the store cannot be reached; retry later")
 
 // stale reports whether set cannot answer for a token: no read has
 // succeeded, or the last one is older than maxStale.
@@ -371,13 +372,13 @@ func unauthorized(bearerErr, message string) *apiError {
 	if bearerErr != "" {
 		challenge += `, error="` + bearerErr + `"`
 	}
-	e := requestError(CodeUnauthorized, message)
+	e := requestError(wire.CodeUnauthorized, message)
 	e.challenge = challenge
 	return e
 }
 
 func forbidden(message string) *apiError {
-	return requestError(CodeForbidden, message)
+	return requestError(wire.CodeForbidden, message)
 }
 
 // tagForbidden is the 403 of a token whose scopes do not cover tag: it

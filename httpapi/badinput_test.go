@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/idmint/idmint/httpapi"
+	"github.com/idmint/idmint/wire"
 )
 
 // TestServer_BadBodies: every JSON endpoint answers a bad body with a 400
@@ -120,7 +121,7 @@ func TestServer_NotFound(t *testing.T) {
 	srv, _ := newServer(t)
 	for _, path := range []string{"/", "/nope", "/id/", "/v1/nothing?x=1"} {
 		status, _, body := getURL(t, srv.URL+path)
-		if status != http.StatusNotFound || errorCode(t, body) != httpapi.CodeNotFound {
+		if status != http.StatusNotFound || errorCode(t, body) != wire.CodeNotFound {
 			t.Fatalf("GET %s: %d %s", path, status, body)
 		}
 		for _, want := range []string{"no such endpoint", "/id/dashboard", "/id/health", "/openapi.yaml"} {

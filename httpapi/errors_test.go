@@ -84,12 +84,17 @@ func TestErrorTable_Rows(t *testing.T) {
 	status := map[string]int{}
 	own := map[string]int{}
 	for _, rule := range errorTable {
+		if _, ok := httpStatus[rule.code]; !ok {
+			t.Errorf("%s: no status in httpStatus", rule.code)
+		}
 		if s, ok := status[rule.code]; ok && s != rule.status {
 			t.Errorf("%s: status %d in one row, %d in another", rule.code, s, rule.status)
 		}
 		status[rule.code] = rule.status
 		if rule.err == nil {
 			own[rule.code]++
+		} else if born := wire.CodeOf(rule.err); born != "" && born != rule.code {
+			t.Errorf("%v: born with code %s, the table answers %s", rule.err, born, rule.code)
 		}
 		if rule.when == "" || rule.status < 400 {
 			t.Errorf("%s: status %d, when %q", rule.code, rule.status, rule.when)
@@ -101,6 +106,11 @@ func TestErrorTable_Rows(t *testing.T) {
 	for code, n := range own {
 		if n != 1 {
 			t.Errorf("%s: %d rows of httpapi's own error", code, n)
+		}
+	}
+	for code := range httpStatus {
+		if _, ok := status[code]; !ok {
+			t.Errorf("%s: a status, and no row", code)
 		}
 	}
 	if internalRule == nil || internalRule.status != http.StatusInternalServerError {
@@ -136,7 +146,7 @@ func TestServer_WriteError(t *testing.T) {
 	probes = append(probes,
 		probe{"unknown error", errors.New(`ERROR: relation "idmint_tags" does not exist (SQLSTATE 42P01)`), internalRule, "internal error"},
 		probe{"unknown own code", requestError("no_such_code", "x"), internalRule, "internal error"},
-		probe{"rate limit's wait", rateLimited(3500 * time.Millisecond), ownRules[CodeRateLimited], "too many ids asked for; retry after the time in Retry-After"},
+		probe{"rate limit's wait", rateLimited(3500 * time.Millisecond), ownRules[wire.CodeRateLimited], "too many ids asked for; retry after the time in Retry-After"},
 		probe{"store's wait", fmt.Errorf("tag order: %w", &segment.UnavailableError{RetryAfter: 7 * time.Second, Err: errors.New("dial tcp: refused")}), lookup(segment.ErrUnavailable), lookup(segment.ErrUnavailable).message},
 	)
 	for _, p := range probes {

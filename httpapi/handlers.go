@@ -12,6 +12,7 @@ import (
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/wire"
 )
 
 // The ID routes are the hot path: they read their parameters without
@@ -171,19 +172,19 @@ func tagParam(raw string) (string, error) {
 }
 
 var (
-	errTagRequired = requestError(CodeInvalidTag, "biz_tag is required, e.g. /id?biz_tag=order")
-	errTagTwice    = requestError(CodeInvalidTag, "give biz_tag once")
+	errTagRequired = requestError(wire.CodeInvalidTag, "biz_tag is required, e.g. /id?biz_tag=order")
+	errTagTwice    = requestError(wire.CodeInvalidTag, "give biz_tag once")
 )
 
 // countParam returns the count of a raw query: a decimal from 1 to limit.
 func countParam(raw string, limit int) (int, error) {
 	v, n := queryParam(raw, "count")
 	if n != 1 {
-		return 0, requestError(CodeInvalidCount, fmt.Sprintf("count is required once, 1 to %d", limit))
+		return 0, requestError(wire.CodeInvalidCount, fmt.Sprintf("count is required once, 1 to %d", limit))
 	}
 	c, err := strconv.Atoi(v)
 	if err != nil || c < 1 || c > limit {
-		return 0, requestError(CodeInvalidCount, fmt.Sprintf("count must be a whole number from 1 to %d", limit))
+		return 0, requestError(wire.CodeInvalidCount, fmt.Sprintf("count must be a whole number from 1 to %d", limit))
 	}
 	return c, nil
 }
@@ -198,7 +199,7 @@ func formatParam(raw string) (ranges bool, err error) {
 	case n == 1 && v == "ranges":
 		return true, nil
 	}
-	return false, requestError(CodeInvalidFormat, "format must be given at most once: list (the default) or ranges")
+	return false, requestError(wire.CodeInvalidFormat, "format must be given at most once: list (the default) or ranges")
 }
 
 // parseTag returns the one biz_tag of a query, validated.
@@ -211,7 +212,7 @@ func parseTag(q url.Values) (string, error) {
 		return "", errTagTwice
 	}
 	if err := allocator.ValidateTag(vals[0]); err != nil {
-		return "", requestError(CodeInvalidTag, err.Error())
+		return "", requestError(wire.CodeInvalidTag, err.Error())
 	}
 	return vals[0], nil
 }

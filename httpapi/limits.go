@@ -14,6 +14,7 @@ import (
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/internal/ratelimit"
+	"github.com/idmint/idmint/wire"
 )
 
 // Limits bounds what one client can cost. Zero fields take the defaults
@@ -137,11 +138,11 @@ func (s *Server) limitRequest(next http.Handler) http.Handler {
 	maxQuery, maxBody := s.cfg.Limits.MaxQueryBytes, s.cfg.Limits.MaxBodyBytes
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if len(r.URL.RawQuery) > maxQuery {
-			s.WriteError(w, r, requestError(CodeQueryTooLong, "query string too long"))
+			s.WriteError(w, r, requestError(wire.CodeQueryTooLong, "query string too long"))
 			return
 		}
 		if r.ContentLength > maxBody {
-			s.WriteError(w, r, requestError(CodeBodyTooLarge, "request body too large"))
+			s.WriteError(w, r, requestError(wire.CodeBodyTooLarge, "request body too large"))
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -329,7 +330,7 @@ func owe(l *rate.Limiter, n int64, now time.Time) {
 }
 
 func rateLimited(wait time.Duration) *apiError {
-	e := requestError(CodeRateLimited, "too many ids asked for; retry after the time in Retry-After")
+	e := requestError(wire.CodeRateLimited, "too many ids asked for; retry after the time in Retry-After")
 	e.retryAfter = max(wait, time.Second)
 	return e
 }

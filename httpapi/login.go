@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/go-chi/chi/v5"
+
+	"github.com/idmint/idmint/wire"
 )
 
 // MonitorCookie is the login cookie /id/login sets, for a person who opens
@@ -74,7 +76,7 @@ func (s *Server) monitoringAuth(next http.Handler, use cookieUse) http.Handler {
 			}
 		}
 		if err != nil {
-			if use == cookiePage && err.code == CodeUnauthorized && strings.Contains(r.Header.Get("Accept"), "text/html") {
+			if use == cookiePage && err.code == wire.CodeUnauthorized && strings.Contains(r.Header.Get("Accept"), "text/html") {
 				// A fixed, relative target: /id/login beside the page.
 				seeOther(w, "login")
 				return
@@ -126,11 +128,11 @@ func (s *Server) mountLogin(r chi.Router) {
 // errLoginRefused is the one answer to a token the form does not take:
 // malformed, made up, revoked or with other scopes than monitor alike, so
 // that the form tells nothing of which tokens exist.
-var errLoginRefused = requestError(CodeUnauthorized,
+var errLoginRefused = requestError(wire.CodeUnauthorized,
 	"invalid or revoked token, or not a token whose only scope is monitor (idmint token create --scope monitor)")
 
 // errLoginUnchecked is the login form's 503: no token can be checked now.
-var errLoginUnchecked = requestError(CodeUnavailable, "tokens cannot be checked right now; try again later")
+var errLoginUnchecked = requestError(wire.CodeUnavailable, "tokens cannot be checked right now; try again later")
 
 // handleLogin checks the form's token as a bearer token is checked and
 // sets a login session of it as the cookie. Each attempt is charged to
@@ -146,7 +148,7 @@ func (s *Server) handleLogin(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxLoginBody)
 	if err := r.ParseForm(); err != nil || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-www-form-urlencoded") {
-		s.refuseLogin(w, requestError(CodeBadRequest, "send the login form"))
+		s.refuseLogin(w, requestError(wire.CodeBadRequest, "send the login form"))
 		return
 	}
 	// Before the token is looked at: during an outage a token seen
@@ -157,7 +159,7 @@ func (s *Server) handleLogin(w http.ResponseWriter, r *http.Request) {
 	}
 	p, err := s.auth.check(r.Context(), strings.TrimSpace(r.PostForm.Get("token")))
 	switch {
-	case err != nil && err.code == CodeUnavailable: // the store went away since
+	case err != nil && err.code == wire.CodeUnavailable: // the store went away since
 		s.refuseLogin(w, errLoginUnchecked)
 		return
 	case err != nil || !p.monitorOnly():

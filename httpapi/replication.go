@@ -13,6 +13,7 @@ import (
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/internal/redact"
+	"github.com/idmint/idmint/wire"
 )
 
 // ReplicationSource reports a database's streaming replication, and
@@ -262,12 +263,12 @@ func (s *Server) mountStandbys(r chi.Router) {
 	admin.Delete("/v1/standbys/{name}", func(w http.ResponseWriter, r *http.Request) {
 		name := chi.URLParam(r, "name")
 		if name == "" || len(name) > 200 {
-			s.WriteError(w, r, requestError(CodeBadRequest, "standby name: 1 to 200 characters"))
+			s.WriteError(w, r, requestError(wire.CodeBadRequest, "standby name: 1 to 200 characters"))
 			return
 		}
 		err := sa.ForgetStandby(r.Context(), name)
 		if errors.Is(err, allocator.ErrNotFound) {
-			err = requestError(CodeNotFound, "no standby of that name is remembered (or it is forgotten already)")
+			err = requestError(wire.CodeNotFound, "no standby of that name is remembered (or it is forgotten already)")
 		}
 		if err != nil {
 			s.WriteError(w, r, err)

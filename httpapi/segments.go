@@ -36,7 +36,7 @@ var _ SegmentGranter = (*allocator.Allocator)(nil)
 func (s *Server) segmentsRouter(g SegmentGranter) chi.Router {
 	r := chi.NewRouter()
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		s.WriteError(w, r, requestError(CodeMethod, "method "+truncate(r.Method, 16)+" not allowed; use POST"))
+		s.WriteError(w, r, requestError(wire.CodeMethod, "method "+truncate(r.Method, 16)+" not allowed; use POST"))
 	})
 	r.Post("/", func(w http.ResponseWriter, r *http.Request) { s.handleGrant(w, r, g) })
 	r.Post("/giveback", func(w http.ResponseWriter, r *http.Request) { s.handleGiveBack(w, r, g) })
@@ -49,9 +49,9 @@ func (s *Server) handleGrant(w http.ResponseWriter, r *http.Request, g SegmentGr
 	switch {
 	case err != nil:
 	case req.Size < 0 || req.Size > maxRangeSize:
-		err = requestError(CodeInvalidSize, fmt.Sprintf("size must be from 0 (the tag's step) to %d", maxRangeSize))
+		err = requestError(wire.CodeInvalidSize, fmt.Sprintf("size must be from 0 (the tag's step) to %d", maxRangeSize))
 	case req.Floor < 0:
-		err = requestError(CodeInvalidFloor, "floor: want the highest id granted to the caller for the tag (0: none), as a decimal string")
+		err = requestError(wire.CodeInvalidFloor, "floor: want the highest id granted to the caller for the tag (0: none), as a decimal string")
 	}
 	if err != nil {
 		s.WriteError(w, r, err)
@@ -97,7 +97,7 @@ func (s *Server) handleGiveBack(w http.ResponseWriter, r *http.Request, g Segmen
 	var req wire.GiveBackRequest
 	id, err := decodeRange(w, r, &req, func() (string, string, string) { return req.Tag, req.RequestID, req.HolderKey })
 	if err == nil && (req.First < 1 || req.First > req.Last) {
-		err = requestError(CodeInvalidRange, "first and last: want 1 <= first <= last, as decimal strings")
+		err = requestError(wire.CodeInvalidRange, "first and last: want 1 <= first <= last, as decimal strings")
 	}
 	if err != nil {
 		s.WriteError(w, r, err)
@@ -143,23 +143,23 @@ const maxRangeBody = 4 << 10
 // holder key.
 func decodeRange(w http.ResponseWriter, r *http.Request, dst any, fields func() (tag, requestID, holderKey string)) (uuid.UUID, error) {
 	if err := decodeBody(w, r, maxRangeBody, dst); errors.Is(err, errBodyTooLarge) {
-		return uuid.Nil, requestError(CodeBadRequest, fmt.Sprintf("body larger than %d bytes", maxRangeBody))
+		return uuid.Nil, requestError(wire.CodeBadRequest, fmt.Sprintf("body larger than %d bytes", maxRangeBody))
 	} else if err != nil {
-		return uuid.Nil, requestError(CodeBadRequest, err.Error())
+		return uuid.Nil, requestError(wire.CodeBadRequest, err.Error())
 	}
 	tag, rid, key := fields()
 	if tag == "" {
-		return uuid.Nil, requestError(CodeInvalidTag, "biz_tag is required")
+		return uuid.Nil, requestError(wire.CodeInvalidTag, "biz_tag is required")
 	}
 	if err := allocator.ValidateTag(tag); err != nil {
-		return uuid.Nil, requestError(CodeInvalidTag, err.Error())
+		return uuid.Nil, requestError(wire.CodeInvalidTag, err.Error())
 	}
 	id, err := uuid.Parse(rid)
 	if err != nil || id == uuid.Nil || len(rid) != 36 {
-		return uuid.Nil, requestError(CodeInvalidRequestID, "request_id: want a UUID (e.g. a UUIDv7) in its 36-character form, chosen once and reused on every retry")
+		return uuid.Nil, requestError(wire.CodeInvalidRequestID, "request_id: want a UUID (e.g. a UUIDv7) in its 36-character form, chosen once and reused on every retry")
 	}
 	if !holderKeyPattern.MatchString(key) {
-		return uuid.Nil, requestError(CodeInvalidHolderKey, "holder_key: want a secret of 22 to 128 characters of [A-Za-z0-9_-] (e.g. 32 random bytes in unpadded base64url), chosen with the request_id and sent again on every retry and give-back")
+		return uuid.Nil, requestError(wire.CodeInvalidHolderKey, "holder_key: want a secret of 22 to 128 characters of [A-Za-z0-9_-] (e.g. 32 random bytes in unpadded base64url), chosen with the request_id and sent again on every retry and give-back")
 	}
 	return id, nil
 }

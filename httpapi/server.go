@@ -16,6 +16,7 @@ import (
 	"github.com/idmint/idmint/internal/ratelimit"
 	"github.com/idmint/idmint/segment"
 	"github.com/idmint/idmint/token"
+	"github.com/idmint/idmint/wire"
 )
 
 // Allocator is what the API needs from an allocator.Allocator.
@@ -155,10 +156,10 @@ func NewServer(cfg Config) *Server {
 	// sizes before any handler reads them.
 	r.Use(s.limitRequest)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		s.WriteError(w, r, requestError(CodeNotFound, "no such endpoint: "+truncate(r.URL.Path, maxLogged)+endpointHint))
+		s.WriteError(w, r, requestError(wire.CodeNotFound, "no such endpoint: "+truncate(r.URL.Path, maxLogged)+endpointHint))
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		s.WriteError(w, r, requestError(CodeMethod, "method "+truncate(r.Method, 16)+" not allowed on this route"))
+		s.WriteError(w, r, requestError(wire.CodeMethod, "method "+truncate(r.Method, 16)+" not allowed on this route"))
 	})
 	// Every route gets what serve does around the router (request ID,
 	// bounded wait, recovery, metrics by its pattern); middleware for some

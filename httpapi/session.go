@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/token"
+	"github.com/idmint/idmint/wire"
 )
 
 // A login session is what the login cookie (MonitorCookie) holds once
@@ -107,7 +108,7 @@ func (s *Server) session(ctx context.Context, cookies []*http.Cookie) (*principa
 	now := s.cfg.Now()
 	for _, c := range cookies[:min(len(cookies), maxSessionCookies)] {
 		p, err := s.checkSession(ctx, c.Value, now)
-		if err == nil || err.code == CodeUnavailable {
+		if err == nil || err.code == wire.CodeUnavailable {
 			return p, err
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/idmint/idmint/internal/redact"
 	"github.com/idmint/idmint/snowflake"
+	"github.com/idmint/idmint/wire"
 )
 
 // Snowflake is what the API needs from a snowflake.Node.
@@ -100,7 +101,7 @@ func ParseSnowflake(l snowflake.Layout, s string) (ParsedSnowflake, error) {
 func (s *Server) handleSnowflakeParse(w http.ResponseWriter, r *http.Request) {
 	vals := r.URL.Query()["id"]
 	if len(vals) != 1 {
-		s.WriteError(w, r, requestError(CodeInvalidID, "id is required once, e.g. /snowflake/parse?id=123456789"))
+		s.WriteError(w, r, requestError(wire.CodeInvalidID, "id is required once, e.g. /snowflake/parse?id=123456789"))
 		return
 	}
 	p, err := ParseSnowflake(s.cfg.Snowflake.Layout(), vals[0])

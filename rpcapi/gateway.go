@@ -3,26 +3,17 @@ package rpcapi
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
-	"strconv"
 	"sync"
-	"time"
 
 	"connectrpc.com/connect"
 	"github.com/go-chi/chi/v5"
-	"github.com/go-chi/chi/v5/middleware"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/idmint/idmint/httpapi"
+	"github.com/idmint/idmint/wire"
 )
-
-// ErrorDomain is the domain of the google.rpc.ErrorInfo of every error;
-// its reason is the stable idmint code (httpapi.Code…).
-const ErrorDomain = "idmint"
 
 // gateway runs procedures as HTTP requests through the server's router.
 type gateway struct {
@@ -133,70 +124,10 @@ func (g *gateway) call(ctx context.Context, c caller, method, target string, bod
 }
 
 // replyError turns an HTTP error reply (httpapi's JSON error, written from
-// its one error table) into a gRPC status: the code of its HTTP status and
-// idmint code (codeOf), the same message, google.rpc.ErrorInfo with the
-// idmint code and the request ID (the one in the server's log lines), and
-// google.rpc.RetryInfo when the reply has Retry-After.
+// its one error table) into the connect error of its code (connectError),
+// with the reply's Retry-After.
 func replyError(ctx context.Context, rep *reply) *connect.Error {
-	var body struct {
-		Error struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
-	if json.Unmarshal(rep.body.Bytes(), &body) != nil || body.Error.Code == "" {
-		// Not idmint's JSON error: Go's server itself, e.g. a header too
-		// large.
-		body.Error.Code, body.Error.Message = httpapi.CodeInternal, http.StatusText(rep.status)
-	}
-	e := connect.NewError(codeOf(rep.status, body.Error.Code), errors.New(body.Error.Message))
-	if d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: body.Error.Code, Domain: ErrorDomain,
-		Metadata: map[string]string{"request_id": middleware.GetReqID(ctx)}}); err == nil {
-		e.AddDetail(d)
-	}
-	if secs, err := strconv.Atoi(rep.header.Get("Retry-After")); err == nil && secs > 0 {
-		if d, err := connect.NewErrorDetail(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(secs) * time.Second)}); err == nil {
-			e.AddDetail(d)
-		}
-		e.Meta().Set("Retry-After", strconv.Itoa(secs))
-	}
-	return e
-}
-
-// codeOf is the gRPC code of an HTTP error reply: by its status, as the
-// gRPC mapping of HTTP statuses reads, with the conflicts told apart by
-// idmint code. The statuses and codes are httpapi's error table's.
-func codeOf(status int, code string) connect.Code {
-	switch code {
-	case httpapi.CodeTagExists:
-		return connect.CodeAlreadyExists
-	case httpapi.CodeNotHolder:
-		return connect.CodePermissionDenied
-	case httpapi.CodeNotFound:
-		// No such endpoint, or no such standby: the route said which.
-		return connect.CodeNotFound
-	}
-	switch status {
-	case http.StatusBadRequest:
-		return connect.CodeInvalidArgument
-	case http.StatusUnauthorized:
-		return connect.CodeUnauthenticated
-	case http.StatusForbidden:
-		return connect.CodePermissionDenied
-	case http.StatusNotFound:
-		return connect.CodeNotFound
-	case http.StatusMethodNotAllowed:
-		return connect.CodeUnimplemented
-	case http.StatusConflict:
-		return connect.CodeFailedPrecondition
-	case http.StatusTooManyRequests:
-		return connect.CodeResourceExhausted
-	case http.StatusRequestURITooLong, http.StatusRequestEntityTooLarge, http.StatusRequestHeaderFieldsTooLarge:
-		return connect.CodeResourceExhausted
-	case http.StatusServiceUnavailable:
-		return connect.CodeUnavailable
-	}
-	return connect.CodeInternal
+	return connectError(ctx, wire.DecodeError(rep.status, rep.header.Get("Retry-After"), rep.body.Bytes()))
 }
 
 // Errors of the package itself; a route's errors are its own (replyError).

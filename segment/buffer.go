@@ -10,24 +10,26 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/idmint/idmint/wire"
 )
 
 // Errors returned by a Buffer.
 var (
 	// ErrUnavailable means both ranges are empty and no new range arrived in
 	// time. The wrapped error, if any, is the last load failure.
-	ErrUnavailable = errors.New("no ids available")
+	ErrUnavailable = wire.ErrUnavailable
 	// ErrClosed means the buffer was closed.
 	ErrClosed = errors.New("buffer closed")
 	// ErrRolledBack means a granted range started at or below the highest ID
 	// this buffer was ever granted: the database went back in time.
-	ErrRolledBack = errors.New("granted range is below ids already granted (database rolled back?)")
+	ErrRolledBack = wire.ErrRolledBack
 
 	// ErrUnknownTag means the granter does not know the tag. A Set keeps
 	// no buffer for it, and answers it from memory for a while.
-	ErrUnknownTag = errors.New("unknown biz_tag")
+	ErrUnknownTag = wire.ErrUnknownTag
 	// ErrInvalidTag means the tag is not a valid name (see ValidateTag).
-	ErrInvalidTag = errors.New("invalid biz_tag")
+	ErrInvalidTag = wire.ErrInvalidTag
 
 	// The errors below classify a Granter's answers (see Classify): each
 	// says what a Set does next with the request.

@@ -14,6 +14,7 @@ import (
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/token"
+	"github.com/idmint/idmint/wire"
 )
 
 // adminClient is allocator.Admin and tokenAdmin over a running instance's
@@ -45,7 +46,7 @@ func newAdminClient(server, token string, hc *http.Client) (*adminClient, error)
 }
 
 // call sends one request and decodes a TagJSON (or a list) into out. An
-// error reply becomes an error wrapping the allocator sentinel it stands
+// error reply becomes wire.DecodeError's, which matches the sentinels it stands
 // for, so the commands treat both modes alike.
 func (c *adminClient) call(ctx context.Context, method, path string, body, out any) error {
 	var rd io.Reader
@@ -74,25 +75,13 @@ func (c *adminClient) call(ctx context.Context, method, path string, body, out a
 		return fmt.Errorf("admin api: %w", err)
 	}
 	if resp.StatusCode >= 300 {
-		var e struct {
-			Error struct{ Code, Message string }
-		}
-		if json.Unmarshal(data, &e) != nil || e.Error.Code == "" {
+		// The decoded error matches the sentinels of its code
+		// (allocator.ErrExists, token.ErrUnknown, ...).
+		err := wire.DecodeError(resp.StatusCode, resp.Header.Get("Retry-After"), data)
+		if wire.CodeOf(err) == wire.CodeHTTPError {
 			return fmt.Errorf("admin api: %s %s: %s", method, path, resp.Status)
 		}
-		sentinels := map[string]error{
-			httpapi.CodeUnknownTag: allocator.ErrUnknownTag, httpapi.CodeTagExists: allocator.ErrExists,
-			httpapi.CodeNotRaised: allocator.ErrNotRaised, httpapi.CodeInvalidSpec: allocator.ErrInvalidSpec,
-			httpapi.CodeInvalidTag: allocator.ErrInvalidTag,
-		}
-		if strings.HasPrefix(path, pathTokens) {
-			sentinels = map[string]error{httpapi.CodeUnknownToken: token.ErrUnknown, httpapi.CodeInvalidSpec: token.ErrInvalid}
-		}
-		sentinel := sentinels[e.Error.Code]
-		if sentinel != nil {
-			return fmt.Errorf("%w (%s)", sentinel, e.Error.Message)
-		}
-		return fmt.Errorf("admin api: %s (%s)", e.Error.Message, e.Error.Code)
+		return fmt.Errorf("admin api: %w (%s)", err, wire.CodeOf(err))
 	}
 	return json.Unmarshal(data, out)
 }
