@@ -22,9 +22,9 @@ func TestAdmin_Tags(t *testing.T) {
 			a := newTokenInstance(t, store, httpapi.AuthConfig{}, httpapi.Limits{})
 			b := newTokenInstance(t, store, httpapi.AuthConfig{}, httpapi.Limits{})
 			_, admin := newToken(t, store, "ops", "admin")
-			tag := func(status int, body []byte) httpapi.TagJSON {
+			tag := func(status int, body []byte) wire.Tag {
 				t.Helper()
-				var tj httpapi.TagJSON
+				var tj wire.Tag
 				if err := json.Unmarshal(body, &tj); err != nil {
 					t.Fatalf("%d %s: %v", status, body, err)
 				}
@@ -36,7 +36,7 @@ func TestAdmin_Tags(t *testing.T) {
 				t.Fatalf("before create: %d %s", s, body)
 			}
 			s, _, body := do(t, a.srv, "POST", "/v1/tags", admin, map[string]any{"biz_tag": "invoice", "step": 10, "description": "invoices"})
-			if got := tag(s, body); s != 201 || got != (httpapi.TagJSON{Tag: "invoice", MaxID: 0, Step: 10, MaxStep: 1_000_000, Description: "invoices"}) {
+			if got := tag(s, body); s != 201 || got != (wire.Tag{Tag: "invoice", MaxID: 0, Step: 10, MaxStep: 1_000_000, Description: "invoices"}) {
 				t.Fatalf("create: %d %+v", s, got)
 			}
 			created := time.Now()
@@ -93,7 +93,7 @@ func TestAdmin_Tags(t *testing.T) {
 				t.Fatalf("delete: %d %s (tags are never deleted)", s, body)
 			}
 			s, _, body = do(t, a.srv, "GET", "/v1/tags", admin, nil)
-			var list struct{ Tags []httpapi.TagJSON }
+			var list struct{ Tags []wire.Tag }
 			if err := json.Unmarshal(body, &list); s != 200 || err != nil || len(list.Tags) != 1 || list.Tags[0].Tag != "invoice" {
 				t.Fatalf("list: %d %s", s, body)
 			}

@@ -58,7 +58,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			}
 			s.cfg.Logger.Error("panic serving request", "path", truncate(r.URL.Path, maxLogged), "panic", v,
 				"request_id", rc.requestID(), "stack", string(stack()))
-			s.WriteError(&ex.rec, r, requestError(wire.CodeInternal, "internal error"))
+			s.WriteError(&ex.rec, r, newError(wire.CodeInternal, "internal error"))
 		}
 		rc.finish()
 		elapsed := s.cfg.Now().Sub(start)
@@ -166,7 +166,7 @@ func (c *requestContext) finish() {
 // cold tag's first fetch, a range grant, an admin call to a database a WAN
 // away), as the allocator's own waits follow it.
 func (s *Server) requestTimeout() time.Duration {
-	return s.cfg.Allocator.Timeout(s.cfg.RequestTimeout)
+	return s.core.RequestTimeout()
 }
 
 // requestID is the request's X-Request-Id header, or else a name made of

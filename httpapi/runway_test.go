@@ -95,7 +95,7 @@ func TestAdmin_TagRunway(t *testing.T) {
 	_, admin := newToken(t, store, "ops", "admin")
 	runwayOf := func(body []byte) float64 {
 		t.Helper()
-		var tj httpapi.TagJSON
+		var tj wire.Tag
 		if err := json.Unmarshal(body, &tj); err != nil {
 			t.Fatalf("%s: %v", body, err)
 		}

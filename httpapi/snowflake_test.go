@@ -86,7 +86,7 @@ func TestServer_Snowflake(t *testing.T) {
 	}
 
 	status, _, body = get(t, srv, "/snowflake/parse?id="+one.ID)
-	var parsed httpapi.ParsedSnowflake
+	var parsed wire.ParsedSnowflake
 	if status != http.StatusOK || json.Unmarshal(body, &parsed) != nil {
 		t.Fatalf("/snowflake/parse: %d %s", status, body)
 	}

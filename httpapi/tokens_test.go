@@ -33,13 +33,13 @@ func strictJSON(tb testing.TB, body []byte, v any) {
 }
 
 // listTokens is GET /v1/tokens, decoded strictly.
-func listTokens(t *testing.T, p *tokenInstance, bearer string) ([]httpapi.TokenJSON, []byte) {
+func listTokens(t *testing.T, p *tokenInstance, bearer string) ([]wire.Token, []byte) {
 	t.Helper()
 	s, _, body := do(t, p.srv, "GET", "/v1/tokens", bearer, nil)
 	if s != 200 {
 		t.Fatalf("list tokens: %d %s", s, body)
 	}
-	var list struct{ Tokens []httpapi.TokenJSON }
+	var list struct{ Tokens []wire.Token }
 	strictJSON(t, body, &list)
 	return list.Tokens, body
 }
@@ -73,7 +73,7 @@ func TestAdmin_Tokens(t *testing.T) {
 			if s != 201 {
 				t.Fatalf("create: %d %s", s, body)
 			}
-			var created httpapi.CreatedToken
+			var created wire.CreatedToken
 			strictJSON(t, body, &created)
 			id, secret, ok := token.Parse(created.Secret)
 			if !ok || id != created.Token.ID || created.Token.Name != "billing" || strings.Join(created.Token.Scopes, ",") != "ids:order" ||
@@ -99,7 +99,7 @@ func TestAdmin_Tokens(t *testing.T) {
 					t.Fatalf("the list shows the secret or its hash %q: %s", leak, listBody)
 				}
 			}
-			byID := map[string]httpapi.TokenJSON{}
+			byID := map[string]wire.Token{}
 			for _, tj := range list {
 				byID[tj.ID] = tj
 			}
@@ -132,7 +132,7 @@ func TestAdmin_Tokens(t *testing.T) {
 			}
 
 			s, _, body = do(t, p.srv, "DELETE", "/v1/tokens/"+id, admin, nil)
-			var revoked httpapi.TokenJSON
+			var revoked wire.Token
 			strictJSON(t, body, &revoked)
 			if s != 200 || revoked.ID != id || revoked.RevokedAt == nil {
 				t.Fatalf("revoke: %d %s", s, body)
@@ -141,7 +141,7 @@ func TestAdmin_Tokens(t *testing.T) {
 				t.Fatalf("revoked token at once: %d %s, want 401", s, body)
 			}
 			s, _, body = do(t, p.srv, "DELETE", "/v1/tokens/"+id, admin, nil)
-			var again httpapi.TokenJSON
+			var again wire.Token
 			strictJSON(t, body, &again)
 			if s != 200 || again.RevokedAt == nil || !again.RevokedAt.Equal(*revoked.RevokedAt) {
 				t.Fatalf("revoke again: %d %s, want 200 with the first revocation time", s, body)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -62,42 +63,33 @@ var grpcCodes = map[string]connect.Code{
 }
 
 // connectError is the one mapping from an error a procedure returns to a
-// connect error: a connect error as it is; an error with an idmint code
-// (wire.CodeOf) the gRPC code of grpcCodes, its message,
-// google.rpc.ErrorInfo (domain idmint, reason the code, metadata
-// request_id: core.RequestID, the one in the server's log lines) and, when
-// it asks for a wait, google.rpc.RetryInfo and Retry-After; anything else
-// Internal, telling nothing. The grpc-go listener turns its result into a
-// grpc status.
+// connect error: a connect error as it is; any other by its row of
+// core.Rules: the gRPC code of its code (grpcCodes), its public message
+// (redacted, never SQL), google.rpc.ErrorInfo (domain idmint, reason the
+// code, metadata request_id: core.RequestID, the one in the server's log
+// lines) and, when the row asks for a wait, google.rpc.RetryInfo and
+// Retry-After. An error of no row is Internal and tells nothing. The
+// grpc-go listener turns its result into a grpc status.
 func connectError(ctx context.Context, err error) *connect.Error {
 	if ce, ok := errors.AsType[*connect.Error](err); ok {
 		return ce
 	}
-	code, msg := wire.CodeOf(err), "internal error"
-	if code == "" || code == wire.CodeHTTPError {
-		// Not one of idmint's: Go's server itself (a header too
-		// large), or a bug.
-		code = wire.CodeInternal
-	} else {
-		msg = err.Error()
-	}
-	if we, ok := errors.AsType[*wire.Error](err); ok && we.Message != "" {
-		msg = we.Message
-	}
-	grpcCode, ok := grpcCodes[code]
+	rule := core.Lookup(err)
+	grpcCode, ok := grpcCodes[rule.Code]
 	if !ok {
 		grpcCode = connect.CodeInternal
 	}
-	e := connect.NewError(grpcCode, errors.New(msg))
-	if d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: code, Domain: ErrorDomain,
+	e := connect.NewError(grpcCode, errors.New(rule.Public(err)))
+	if d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: rule.Code, Domain: ErrorDomain,
 		Metadata: map[string]string{"request_id": core.RequestID(ctx)}}); err == nil {
 		e.AddDetail(d)
 	}
-	if we, ok := errors.AsType[*wire.Error](err); ok && we.RetryAfter > 0 {
-		if d, err := connect.NewErrorDetail(&errdetails.RetryInfo{RetryDelay: durationpb.New(we.RetryAfter)}); err == nil {
+	if wait := rule.Wait(err); wait > 0 {
+		secs := core.RetrySeconds(wait)
+		if d, err := connect.NewErrorDetail(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(secs) * time.Second)}); err == nil {
 			e.AddDetail(d)
 		}
-		e.Meta().Set("Retry-After", strconv.Itoa(int(we.RetryAfter.Seconds())))
+		e.Meta().Set("Retry-After", strconv.Itoa(secs))
 	}
 	return e
 }

@@ -3,7 +3,6 @@ package rpcapi
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -72,7 +71,7 @@ func TestConnectError_Every(t *testing.T) {
 func TestConnectError_Details(t *testing.T) {
 	ctx := core.WithRequestID(context.Background(), "rid-7")
 	err := wire.DecodeError(http.StatusTooManyRequests, "3", []byte(`{"error":{"code":"rate_limited","message":"slow down"}}`))
-	e := connectError(ctx, fmt.Errorf("call: %w", err))
+	e := connectError(ctx, err)
 	if e.Code() != connect.CodeResourceExhausted || e.Message() != "slow down" || e.Meta().Get("Retry-After") != "3" {
 		t.Fatalf("connectError = %v (Retry-After %q)", e, e.Meta().Get("Retry-After"))
 	}

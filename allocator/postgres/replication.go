@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/wire"
 )
 
 // Replicas says which standbys must have a grant's WAL before any of its
@@ -442,4 +443,36 @@ func (p *Store) SetReplication(cfg ReplicationConfig) { p.repl = newReplicator(c
 // ReplicationStatus).
 func (p *Store) ReplicationStatus(ctx context.Context) (ReplicationStatus, error) {
 	return p.repl.status(ctx, p.pool)
+}
+
+// Replication is ReplicationStatus as the API shows it (Report).
+func (p *Store) Replication(ctx context.Context) (wire.Replication, error) {
+	st, err := p.ReplicationStatus(ctx)
+	if err != nil {
+		return wire.Replication{}, err
+	}
+	return st.Report(), nil
+}
+
+// Report is s as the API shows it: its fields, and what its methods say.
+func (s ReplicationStatus) Report() wire.Replication {
+	r := wire.Replication{InRecovery: s.InRecovery, Timeline: s.Timeline, InitialTimeline: s.InitialTimeline,
+		TimelineChanged: s.TimelineChanged(), Replicas: s.Replicas, SyncReplicas: s.SyncReplicas, Hidden: s.Hidden,
+		Streamers: s.Streamers, SynchronousStandbyNames: s.SynchronousStandbyNames, SynchronousCommit: s.SynchronousCommit,
+		Required: int(s.Required), RequiredName: s.Required.String(), Ack: string(s.Ack), AtRisk: s.AtRisk(),
+		Waits: s.Waits, WaitFailures: s.WaitFailures, WaitTime: s.WaitTime, LastWaitError: s.LastWaitError,
+		Warnings: s.Warnings()}
+	for _, m := range s.Standbys {
+		r.Standbys = append(r.Standbys, m.Report())
+	}
+	for _, h := range s.Held {
+		r.Held = append(r.Held, wire.HeldStandby{Standby: h.Report(), Since: h.Since})
+	}
+	return r
+}
+
+// Report is m as the API shows it.
+func (m Standby) Report() wire.Standby {
+	return wire.Standby{Name: m.Name, Kind: m.Kind, State: m.State, Slot: m.Slot, SyncState: m.SyncState,
+		Position: m.Position, LastSeen: m.LastSeen}
 }

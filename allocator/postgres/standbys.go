@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/wire"
 )
 
 // The required set: which servers must have a grant before it is served.
@@ -74,15 +75,7 @@ type Standby struct {
 }
 
 // StandbyRecord is a row of idmint_standbys: a standby seen streaming.
-type StandbyRecord struct {
-	Name         string     `json:"name"`
-	Slot         bool       `json:"slot"`
-	Timeline     int64      `json:"timeline"`
-	FirstSeen    time.Time  `json:"first_seen"`
-	LastSeen     time.Time  `json:"last_seen"`
-	LastFlushLSN string     `json:"last_flush_lsn,omitempty"`
-	ForgottenAt  *time.Time `json:"forgotten_at,omitempty"`
-}
+type StandbyRecord = wire.StandbyRecord
 
 // membersSQL lists, in one statement, the WAL senders (with their slot and
 // whether they are logical), the physical non-temporary slots, and the

@@ -435,3 +435,9 @@ func (l *logConfig) logger(w io.Writer) (*slog.Logger, error) {
 	}
 	return nil, fmt.Errorf("--log-format %q: want auto, json or text", l.format)
 }
+
+// The PostgreSQL store is the API's replication source and standby admin.
+var (
+	_ httpapi.ReplicationSource = (*postgres.Store)(nil)
+	_ httpapi.StandbyAdmin      = (*postgres.Store)(nil)
+)

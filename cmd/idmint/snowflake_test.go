@@ -358,7 +358,7 @@ func TestDrill_Snowflake(t *testing.T) {
 
 func TestSnowflakeParse(t *testing.T) {
 	out := idmint(t, "snowflake", "parse", "4214791", "--snowflake-bits", "41/10/12", "--snowflake-epoch", "2025-01-01T00:00:00Z")
-	var p httpapi.ParsedSnowflake
+	var p wire.ParsedSnowflake
 	if err := json.Unmarshal([]byte(out), &p); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
