@@ -82,6 +82,9 @@ type Config struct {
 	// OnFloor, when set, is told of every grant whose claimed floor raised
 	// max_id (lead IDs skipped), or was refused for want of budget.
 	OnFloor func(tag string, lead int64, refused bool)
+	// OnCall, when set, records one call of a transport that is no route
+	// of the HTTP API's router (see Observe).
+	OnCall func(name string, status int, elapsed time.Duration)
 }
 
 // Core is every operation of idmint, whatever transport carries it: IDs,
@@ -164,8 +167,24 @@ func (c *Core) RequestTimeout() time.Duration {
 	return c.cfg.Allocator.Timeout(c.cfg.RequestTimeout)
 }
 
-// refuse counts e when it is a refusal the core makes (its row says so), and returns it marked so
-// (Counted): the edges count only the refusals made elsewhere.
+// Observe records one call named name (a gRPC procedure's full name,
+// "/idmint.v1.IDService/NextID") that took elapsed and answered status,
+// in the series the HTTP API keeps per route (httpapi wires Config.OnCall
+// to idmint_http_requests_total and its duration histogram): a transport
+// of its own, such as a grpc-go listener, calls it once per call, so that
+// its procedures are counted as the HTTP port counts the same procedures
+// (status 200 for every gRPC answer, an error included, as gRPC sends
+// it).
+func (c *Core) Observe(name string, status int, elapsed time.Duration) {
+	if c.cfg.OnCall != nil {
+		c.cfg.OnCall(name, status, elapsed)
+	}
+}
+
+// refuse counts e when it is a refusal the core makes (its row says so),
+// and returns it marked so (Counted): the edges count only the refusals
+// made elsewhere. e is made for the call (unauthorized, forbidden and
+// rateLimited make a new one), never a shared value.
 func (c *Core) refuse(e *Error) *Error {
 	if e == nil || !Lookup(e).Refusal {
 		return e
@@ -173,7 +192,6 @@ func (c *Core) refuse(e *Error) *Error {
 	if c.cfg.OnRefused != nil {
 		c.cfg.OnRefused(e.Code)
 	}
-	cp := *e
-	cp.counted = true
-	return &cp
+	e.counted = true
+	return e
 }

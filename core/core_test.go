@@ -3,6 +3,7 @@ package core_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/idmint/idmint/core"
 )
@@ -27,4 +28,18 @@ func TestCaller_Bearer(t *testing.T) {
 	if b := core.NewCaller([]string{"Bearer idm_x", "Bearer idm_y"}, "").Bearer(); b != "Bearer idm_x" {
 		t.Fatalf("Bearer = %q, want the first value", b)
 	}
+}
+
+func TestCore_Observe(t *testing.T) {
+	type call struct {
+		name   string
+		status int
+	}
+	var got []call
+	c := core.New(core.Config{OnCall: func(name string, status int, _ time.Duration) { got = append(got, call{name, status}) }})
+	c.Observe("/idmint.v1.IDService/NextID", 200, time.Millisecond)
+	if len(got) != 1 || got[0] != (call{"/idmint.v1.IDService/NextID", 200}) {
+		t.Fatalf("OnCall got %v", got)
+	}
+	core.New(core.Config{}).Observe("/x", 200, 0) // no OnCall: nothing to record, no panic
 }

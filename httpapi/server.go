@@ -114,6 +114,7 @@ func NewServer(cfg Config) *Server {
 		TLS: cfg.TLS, Logger: cfg.Logger, Now: cfg.Now,
 		OnRefused: func(code string) { refused.WithLabelValues(code).Inc() },
 		OnFloor:   m.observeFloor,
+		OnCall:    func(name string, status int, elapsed time.Duration) { m.route(name).observe(status, elapsed) },
 	})
 	// The settings with the core's defaults filled in.
 	cc := c.Config()

@@ -163,10 +163,7 @@ type ReplicationStatus struct {
 }
 
 // HeldStandby is a standby holding grants back, and since when.
-type HeldStandby struct {
-	Standby
-	Since time.Time `json:"since"`
-}
+type HeldStandby = wire.HeldStandby
 
 // TimelineChanged reports whether the timeline moved since the store
 // opened: a standby was promoted.
@@ -461,18 +458,6 @@ func (s ReplicationStatus) Report() wire.Replication {
 		Streamers: s.Streamers, SynchronousStandbyNames: s.SynchronousStandbyNames, SynchronousCommit: s.SynchronousCommit,
 		Required: int(s.Required), RequiredName: s.Required.String(), Ack: string(s.Ack), AtRisk: s.AtRisk(),
 		Waits: s.Waits, WaitFailures: s.WaitFailures, WaitTime: s.WaitTime, LastWaitError: s.LastWaitError,
-		Warnings: s.Warnings()}
-	for _, m := range s.Standbys {
-		r.Standbys = append(r.Standbys, m.Report())
-	}
-	for _, h := range s.Held {
-		r.Held = append(r.Held, wire.HeldStandby{Standby: h.Report(), Since: h.Since})
-	}
+		Warnings: s.Warnings(), Standbys: s.Standbys, Held: s.Held}
 	return r
-}
-
-// Report is m as the API shows it.
-func (m Standby) Report() wire.Standby {
-	return wire.Standby{Name: m.Name, Kind: m.Kind, State: m.State, Slot: m.Slot, SyncState: m.SyncState,
-		Position: m.Position, LastSeen: m.LastSeen}
 }
