@@ -6,11 +6,13 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
+
+	"github.com/idmint/idmint/wire"
 )
 
 // ErrRequestConflict means a caller's request ID was already granted, for
 // another tag: request IDs must be unique, whatever the tag.
-var ErrRequestConflict = errors.New("request_id already used for another biz_tag")
+var ErrRequestConflict = wire.ErrRequestConflict
 
 // clientSuffix marks the ranges granted to callers in the segment log's
 // instance column: "<instance>/client".

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idmint/idmint/segment"
 	"github.com/idmint/idmint/token"
+	"github.com/idmint/idmint/wire"
 )
 
 // Errors returned by the allocator and its stores.
@@ -21,7 +22,7 @@ var (
 	// ErrInvalidTag means the tag is not a valid name (see ValidateTag).
 	ErrInvalidTag = segment.ErrInvalidTag
 	// ErrExhausted means the tag's next segment would pass 2^63-1.
-	ErrExhausted = errors.New("biz_tag exhausted: no ids left below 2^63-1")
+	ErrExhausted = wire.ErrExhausted
 	// ErrUnavailable means no ID could be handed out in time: the buffers
 	// are empty and the store cannot be reached.
 	ErrUnavailable = segment.ErrUnavailable
@@ -30,25 +31,25 @@ var (
 	// time, and the range is refused.
 	ErrRolledBack = segment.ErrRolledBack
 	// ErrClosed means the allocator was closed.
-	ErrClosed = errors.New("allocator closed")
+	ErrClosed = wire.ErrAllocatorClosed
 
 	// ErrAlreadyGranted is returned by Store.Allocate when the request ID
 	// was granted before: look it up.
-	ErrAlreadyGranted = errors.New("request already granted")
+	ErrAlreadyGranted = segment.ErrAlreadyGranted
 	// ErrNotFound is returned by Store.Lookup for a request ID with no
 	// committed segment.
-	ErrNotFound = errors.New("request not found")
+	ErrNotFound = segment.ErrNotFound
 	// ErrAmbiguous wraps store errors after which the allocation may or may
 	// not have committed (connection lost after the statement was sent).
-	ErrAmbiguous = errors.New("outcome unknown")
+	ErrAmbiguous = segment.ErrAmbiguous
 	// ErrExists means a tag being created already exists.
-	ErrExists = errors.New("biz_tag already exists")
+	ErrExists = wire.ErrTagExists
 	// ErrInvalidSpec means tag settings out of bounds (step, max_step,
 	// start, description, a bump with both or neither of to and by).
-	ErrInvalidSpec = errors.New("invalid tag settings")
+	ErrInvalidSpec = wire.ErrInvalidTagSpec
 	// ErrNotRaised means a Bump changed nothing: max_id is already at or
 	// above the value asked for.
-	ErrNotRaised = errors.New("max_id not raised")
+	ErrNotRaised = wire.ErrNotRaised
 	// ErrNotReplicated wraps store errors after a grant committed but could
 	// not be confirmed on the standbys a ReplicationConfig requires: it
 	// must not be served yet. Look it up later (the lookup confirms again).
@@ -56,14 +57,14 @@ var (
 	// ErrNotHolder means a request ID was granted to another caller (or to
 	// an instance): a retried grant or a give-back must come from the
 	// principal that made the request, with the same holder key.
-	ErrNotHolder = errors.New("request_id belongs to another caller")
+	ErrNotHolder = wire.ErrNotHolder
 	// ErrFloorBudget is returned by Store.Allocate for a request whose
 	// ClaimedFloor is above the tag's max_id while it has no lead left to
 	// raise it with (Request.MaxLead 0): nothing changed.
-	ErrFloorBudget = errors.New("claimed floor above the tag's max_id, and no budget left to raise max_id to it")
+	ErrFloorBudget = wire.ErrFloorBudget
 	// ErrGivenBack is returned by Store.Lookup for a request whose whole
 	// range was given back: it keeps nothing.
-	ErrGivenBack = errors.New("range given back in full: the request keeps no ids")
+	ErrGivenBack = wire.ErrGivenBack
 )
 
 // Store is everything a backend provides: the grants and give-backs of

@@ -18,13 +18,16 @@ import (
 	"github.com/idmint/idmint/wire"
 )
 
-// APIError is an error answer from an idmint instance.
+// APIError is an error answer from an idmint instance: the error
+// wire.DecodeError read from it (which errors.Is matches to every sentinel
+// of its code, ErrUnknownTag among them), with where it came from.
 type APIError struct {
 	URL     string
 	Status  int
 	Code    string // the stable machine-readable code, e.g. "unknown_tag"
 	Message string // the instance's, for people (a 403 names the scope the tag needs)
 	Tag     string // the biz_tag of the request
+	err     error  // wire.DecodeError's
 }
 
 func (e *APIError) Error() string {
@@ -35,12 +38,14 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("idmint %s: %d %s: %s", e.URL, e.Status, e.Code, msg)
 }
 
-// Is reports ErrUnknownTag and ErrInvalidTag by code, ErrUnauthorized and
-// ErrForbidden by status.
+// Unwrap returns the decoded error, so that errors.Is matches the
+// sentinels of its code (ErrUnknownTag, ErrInvalidTag).
+func (e *APIError) Unwrap() error { return e.err }
+
+// Is reports ErrUnauthorized and ErrForbidden by status: the client's own
+// sentinels, for any refusal of the token.
 func (e *APIError) Is(target error) bool {
-	return (target == ErrUnknownTag && e.Code == wire.CodeUnknownTag) ||
-		(target == ErrInvalidTag && e.Code == wire.CodeInvalidTag) ||
-		(target == ErrUnauthorized && e.Status == http.StatusUnauthorized) ||
+	return (target == ErrUnauthorized && e.Status == http.StatusUnauthorized) ||
 		(target == ErrForbidden && e.Status == http.StatusForbidden)
 }
 
@@ -242,11 +247,9 @@ func (c *Client) post(ctx context.Context, url string, body, out any, header ...
 		return fmt.Errorf("read reply of %s: %w", url, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		var e wire.ErrorBody
-		if json.Unmarshal(data, &e) != nil || e.Error.Code == "" {
-			e.Error.Code, e.Error.Message = "http_error", http.StatusText(resp.StatusCode)
-		}
-		return &APIError{URL: url, Status: resp.StatusCode, Code: e.Error.Code, Message: e.Error.Message}
+		err := wire.DecodeError(resp.StatusCode, resp.Header.Get("Retry-After"), data)
+		e, _ := errors.AsType[*wire.Error](err)
+		return &APIError{URL: url, Status: resp.StatusCode, Code: e.Code, Message: e.Message, err: err}
 	}
 	if err := json.Unmarshal(data, out); err != nil {
 		return fmt.Errorf("decode reply of %s: %w", url, err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/testutil"
+	"github.com/idmint/idmint/wire"
 )
 
 // TestAdmin_Tags: the admin API lists, shows, creates, changes and bumps
@@ -21,9 +22,9 @@ func TestAdmin_Tags(t *testing.T) {
 			a := newTokenInstance(t, store, httpapi.AuthConfig{}, httpapi.Limits{})
 			b := newTokenInstance(t, store, httpapi.AuthConfig{}, httpapi.Limits{})
 			_, admin := newToken(t, store, "ops", "admin")
-			tag := func(status int, body []byte) httpapi.TagJSON {
+			tag := func(status int, body []byte) wire.Tag {
 				t.Helper()
-				var tj httpapi.TagJSON
+				var tj wire.Tag
 				if err := json.Unmarshal(body, &tj); err != nil {
 					t.Fatalf("%d %s: %v", status, body, err)
 				}
@@ -35,7 +36,7 @@ func TestAdmin_Tags(t *testing.T) {
 				t.Fatalf("before create: %d %s", s, body)
 			}
 			s, _, body := do(t, a.srv, "POST", "/v1/tags", admin, map[string]any{"biz_tag": "invoice", "step": 10, "description": "invoices"})
-			if got := tag(s, body); s != 201 || got != (httpapi.TagJSON{Tag: "invoice", MaxID: 0, Step: 10, MaxStep: 1_000_000, Description: "invoices"}) {
+			if got := tag(s, body); s != 201 || got != (wire.Tag{Tag: "invoice", MaxID: 0, Step: 10, MaxStep: 1_000_000, Description: "invoices"}) {
 				t.Fatalf("create: %d %+v", s, got)
 			}
 			created := time.Now()
@@ -51,14 +52,14 @@ func TestAdmin_Tags(t *testing.T) {
 				status int
 				code   string
 			}{
-				{"exists", map[string]any{"biz_tag": "invoice"}, 409, httpapi.CodeTagExists},
-				{"bad name", map[string]any{"biz_tag": "no way"}, 400, httpapi.CodeInvalidTag},
-				{"bad step", map[string]any{"biz_tag": "x", "step": -1}, 400, httpapi.CodeInvalidSpec},
+				{"exists", map[string]any{"biz_tag": "invoice"}, 409, wire.CodeTagExists},
+				{"bad name", map[string]any{"biz_tag": "no way"}, 400, wire.CodeInvalidTag},
+				{"bad step", map[string]any{"biz_tag": "x", "step": -1}, 400, wire.CodeInvalidSpec},
 				// 0 is not "the default": a field given must mean what it says.
-				{"step 0", map[string]any{"biz_tag": "x", "step": 0}, 400, httpapi.CodeInvalidSpec},
-				{"max_step 0", map[string]any{"biz_tag": "x", "max_step": 0}, 400, httpapi.CodeInvalidSpec},
-				{"unknown field", map[string]any{"biz_tag": "x", "color": "red"}, 400, httpapi.CodeInvalidJSON},
-				{"not json", "just a string", 400, httpapi.CodeInvalidJSON},
+				{"step 0", map[string]any{"biz_tag": "x", "step": 0}, 400, wire.CodeInvalidSpec},
+				{"max_step 0", map[string]any{"biz_tag": "x", "max_step": 0}, 400, wire.CodeInvalidSpec},
+				{"unknown field", map[string]any{"biz_tag": "x", "color": "red"}, 400, wire.CodeInvalidJSON},
+				{"not json", "just a string", 400, wire.CodeInvalidJSON},
 			} {
 				s, _, body := do(t, a.srv, "POST", "/v1/tags", admin, bad.body)
 				if s != bad.status || errorCode(t, body) != bad.code {
@@ -75,7 +76,7 @@ func TestAdmin_Tags(t *testing.T) {
 				t.Fatalf("bump: %d %+v", s, got)
 			}
 			s, _, body = do(t, a.srv, "POST", "/v1/tags/invoice/bump", admin, map[string]any{"to": 100})
-			if s != 409 || errorCode(t, body) != httpapi.CodeNotRaised || !strings.Contains(string(body), "nothing changed") {
+			if s != 409 || errorCode(t, body) != wire.CodeNotRaised || !strings.Contains(string(body), "nothing changed") {
 				t.Fatalf("bump below max_id: %d %s", s, body)
 			}
 			if s, _, body := do(t, a.srv, "POST", "/v1/tags/invoice/bump", admin, map[string]any{"to": 9000, "by": 5}); s != 400 {
@@ -85,14 +86,14 @@ func TestAdmin_Tags(t *testing.T) {
 			if got := tag(s, body); s != 200 || got.MaxID != 5000 || got.Step != 20 {
 				t.Fatalf("show after a refused bump: %d %+v", s, got)
 			}
-			if s, _, body := do(t, a.srv, "GET", "/v1/tags/nope", admin, nil); s != 404 || errorCode(t, body) != httpapi.CodeUnknownTag {
+			if s, _, body := do(t, a.srv, "GET", "/v1/tags/nope", admin, nil); s != 404 || errorCode(t, body) != wire.CodeUnknownTag {
 				t.Fatalf("show unknown: %d %s", s, body)
 			}
 			if s, _, body := do(t, a.srv, "DELETE", "/v1/tags/invoice", admin, nil); s != 405 {
 				t.Fatalf("delete: %d %s (tags are never deleted)", s, body)
 			}
 			s, _, body = do(t, a.srv, "GET", "/v1/tags", admin, nil)
-			var list struct{ Tags []httpapi.TagJSON }
+			var list struct{ Tags []wire.Tag }
 			if err := json.Unmarshal(body, &list); s != 200 || err != nil || len(list.Tags) != 1 || list.Tags[0].Tag != "invoice" {
 				t.Fatalf("list: %d %s", s, body)
 			}

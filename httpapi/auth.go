@@ -2,463 +2,41 @@ package httpapi
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
-	"time"
 
-	"golang.org/x/time/rate"
-
-	"github.com/idmint/idmint/allocator"
-	"github.com/idmint/idmint/token"
+	"github.com/idmint/idmint/core"
+	"github.com/idmint/idmint/segment"
 )
 
-// AuthMode says who may ask for IDs.
-type AuthMode string
-
-// The modes of the ID routes (/id, /ids, the range routes /v1/segments and
-// any route wrapped in IDAccess). The admin routes (the rest of /v1/) always
-// need a token with the admin scope.
-const (
-	// AuthOpen serves IDs to anyone who reaches the port (the default);
-	// per-address rate limits apply if configured.
-	AuthOpen AuthMode = "open"
-	// AuthToken serves IDs only to a bearer token whose scope covers the
-	// tag; per-token rate limits apply if configured.
-	AuthToken AuthMode = "token"
-)
-
-// TokenLister lists the bearer tokens, revoked ones included; an
-// token.Store is one.
-type TokenLister interface {
-	ListTokens(ctx context.Context) ([]token.Token, error)
-}
-
-// AuthConfig configures access control. The zero value serves IDs openly,
-// serves /metrics, /id/health and /id/dashboard openly, and refuses every
-// admin request (no token is known).
-type AuthConfig struct {
-	// Tokens is where tokens are read from; nil knows none.
-	Tokens TokenLister
-	// IDs is the mode of the ID routes (default AuthOpen).
-	IDs AuthMode
-	// ProtectMonitoring makes /metrics, /id/health and /id/dashboard need a
-	// token with the monitor (or admin) scope.
-	ProtectMonitoring bool
-	// Refresh is how old the in-memory copy of the tokens may get before a
-	// request reads them again (default 1s): while the token store
-	// answers, a new or revoked token takes effect within it.
-	Refresh time.Duration
-	// MaxStale is how long after the last successful read the copy may
-	// still be used while the token store cannot be read (default 30s, at
-	// least Refresh): past it every token is refused with 503, since
-	// nothing can tell whether it was revoked meanwhile. A revocation thus
-	// takes effect on every instance within MaxStale whatever happens to
-	// the store; a token once seen revoked is never accepted again.
-	MaxStale time.Duration
-	// LoginSession is how long a login at /id/login lasts (default
-	// DefaultLoginSession): the login cookie is refused after it, and a
-	// shorter setting shortens the sessions already made.
-	LoginSession time.Duration
-}
-
-// DefaultMaxStale is AuthConfig.MaxStale's default.
-const DefaultMaxStale = 30 * time.Second
-
-// DefaultLoginSession is AuthConfig.LoginSession's default: a working day.
-const DefaultLoginSession = 12 * time.Hour
-
-// initAccess sets up token checks and per-address limits from the config.
-func (s *Server) initAccess() {
-	a := s.cfg.Auth
-	if a.IDs == "" {
-		s.cfg.Auth.IDs = AuthOpen
-	}
-	if a.Refresh <= 0 {
-		a.Refresh = time.Second
-	}
-	if a.MaxStale <= 0 {
-		a.MaxStale = DefaultMaxStale
-	}
-	if s.cfg.Auth.LoginSession <= 0 {
-		s.cfg.Auth.LoginSession = DefaultLoginSession
-	}
-	s.auth = &authenticator{src: a.Tokens, refresh: a.Refresh, maxStale: max(a.MaxStale, a.Refresh),
-		timeout: max(s.cfg.PingTimeout, time.Second), now: s.cfg.Now}
-	per := s.cfg.Limits.IDsPerSecondPerToken
-	s.auth.newLimit = func(t token.Token) *rate.Limiter {
-		switch {
-		case t.IDsPerSecond > 0: // the token's own bound, above or below the instance's
-			return newLimiter(t.IDsPerSecond, s.cfg.MaxCount)
-		case per > 0:
-			return newLimiter(per, s.cfg.MaxCount)
-		}
-		return nil
-	}
-	s.loginLimits = newLoginLimits(s.cfg.Limits)
-	s.addrLimits = newAddrLimits(s.cfg.Limits.IDsPerSecondPerAddress, s.cfg.MaxCount, s.cfg.Limits.MaxAddresses)
-	s.cfg.Metrics.refusedCounter()
-}
-
-// monitoring wraps /metrics: open, unless ProtectMonitoring asks for a
-// bearer token with the monitor or admin scope. /id/health and
-// /id/dashboard take the login cookie too (monitoringAuth, login.go).
-func (s *Server) monitoring(next http.Handler) http.Handler {
-	return s.monitoringAuth(next, bearerOnly)
-}
-
-// principal is a valid token, with its scopes parsed for quick checks.
-type principal struct {
-	token    token.Token
-	admin    bool
-	monitor  bool
-	allIDs   bool
-	tags     map[string]struct{}
-	prefixes []string
-	// limiter bounds the IDs per second of this token; nil: unlimited.
-	limiter *rate.Limiter
-}
-
-func newPrincipal(t token.Token) *principal {
-	p := &principal{token: t, tags: map[string]struct{}{}}
-	for _, s := range t.Scopes {
-		switch {
-		case s == "admin":
-			p.admin = true
-		case s == "monitor":
-			p.monitor = true
-		case s == "ids", s == "ids:*":
-			p.allIDs = true
-		case strings.HasPrefix(s, "ids:") && strings.HasSuffix(s, "*"):
-			p.prefixes = append(p.prefixes, s[len("ids:"):len(s)-1])
-		case strings.HasPrefix(s, "ids:"):
-			p.tags[s[len("ids:"):]] = struct{}{}
-		}
-	}
-	return p
-}
-
-// allowsTag reports whether the token may take IDs of tag.
-func (p *principal) allowsTag(tag string) bool {
-	if p.allIDs {
-		return true
-	}
-	if _, ok := p.tags[tag]; ok {
-		return true
-	}
-	for _, pre := range p.prefixes {
-		if strings.HasPrefix(tag, pre) {
-			return true
-		}
-	}
-	return false
-}
-
-// hasIDScope reports whether the token may take IDs of some tag.
-func (p *principal) hasIDScope() bool {
-	return p.allIDs || len(p.tags) > 0 || len(p.prefixes) > 0
-}
-
-// monitorOnly reports whether the token's only scope is monitor: the one
-// kind of token a login session may stand for, since a browser keeps the
-// cookie, and one that could take IDs or administer would be worth
-// stealing.
-func (p *principal) monitorOnly() bool {
-	return p.monitor && !p.admin && !p.hasIDScope()
-}
-
-// tokenSet is one read of the tokens: the valid ones by ID, as of the
-// last successful read (readAt); at is when the last read was tried. byID
-// is nil when no read has succeeded yet. revoked holds every token ID ever
-// seen revoked, carried from set to set: a revocation is final, even if a
-// later read (from a lagging replica after a failover) shows the token
-// unrevoked.
-type tokenSet struct {
-	at      time.Time
-	readAt  time.Time
-	byID    map[string]*principal
-	revoked map[string]struct{}
-}
-
-// authenticator checks bearer tokens against an in-memory copy of the
-// token table, read again when older than refresh by the one request that
-// finds it so (the others use the copy they have).
-type authenticator struct {
-	src      TokenLister
-	refresh  time.Duration
-	maxStale time.Duration // how long the copy serves while reads fail
-	timeout  time.Duration
-	now      func() time.Time
-	newLimit func(token.Token) *rate.Limiter // nil limiter: not rate limited
-
-	set atomic.Pointer[tokenSet]
-	mu  sync.Mutex // held by the request reading the tokens
-	// revokedHere holds the IDs of the tokens revoked through this
-	// instance's admin API (string → struct{}): refused at once, whatever
-	// the copy says and whether or not the store can be read.
-	revokedHere sync.Map
-}
-
-// revoke refuses the token id from now on (see revokedHere).
-func (a *authenticator) revoke(id string) { a.revokedHere.Store(id, struct{}{}) }
-
-// expire makes the next request read the tokens again, as after a
-// refresh interval: a token just created works at once.
-func (a *authenticator) expire() {
-	for {
-		s := a.set.Load()
-		if s == nil {
-			return
-		}
-		next := *s
-		next.at = time.Time{}
-		if a.set.CompareAndSwap(s, &next) {
-			return
-		}
-	}
-}
-
-// current returns the token set, reading it first if it is older than
-// refresh. Its byID is nil when the tokens could never be read; a failed
-// read is tried again after refresh, not at every request.
-func (a *authenticator) current(ctx context.Context) *tokenSet {
-	s := a.set.Load()
-	if s != nil && a.now().Sub(s.at) < a.refresh {
-		return s
-	}
-	if s != nil && !a.mu.TryLock() {
-		return s // another request is reading; the old copy will do
-	}
-	if s == nil {
-		a.mu.Lock() // nothing to serve from: wait for the first read
-	}
-	defer a.mu.Unlock()
-	if s2 := a.set.Load(); s2 != s && s2 != nil {
-		return s2 // read while this request waited
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.timeout)
-	defer cancel()
-	start := a.now()
-	tokens, err := a.src.ListTokens(ctx)
-	if err != nil {
-		// Keep the old copy (or none) for another interval: the store is
-		// failing, and requests must not queue on it.
-		failed := &tokenSet{at: start}
-		if s != nil {
-			failed.readAt, failed.byID, failed.revoked = s.readAt, s.byID, s.revoked
-		}
-		a.set.Store(failed)
-		return failed
-	}
-	next := &tokenSet{at: start, readAt: start, byID: make(map[string]*principal, len(tokens)), revoked: map[string]struct{}{}}
-	if s != nil {
-		for id := range s.revoked {
-			next.revoked[id] = struct{}{}
-		}
-	}
-	for _, t := range tokens {
-		if t.RevokedAt != nil {
-			next.revoked[t.ID] = struct{}{}
-		}
-	}
-	for _, t := range tokens {
-		if _, revoked := next.revoked[t.ID]; revoked {
-			continue
-		}
-		p := newPrincipal(t)
-		if s != nil {
-			if old := s.byID[t.ID]; old != nil {
-				p.limiter = old.limiter // keep its budget across reads
-			}
-		}
-		if p.limiter == nil && a.newLimit != nil {
-			p.limiter = a.newLimit(t)
-		}
-		next.byID[t.ID] = p
-	}
-	a.set.Store(next)
-	return next
-}
-
-// authenticate returns the principal of r's bearer token, or the 401 (or
-// 503) to answer.
-func (a *authenticator) authenticate(r *http.Request) (*principal, *apiError) {
-	h := r.Header.Get("Authorization")
-	if h == "" {
-		return nil, unauthorized("", "this route needs a bearer token: Authorization: Bearer idm_…")
-	}
-	scheme, bearer, _ := strings.Cut(h, " ")
-	if !strings.EqualFold(scheme, "Bearer") {
-		return nil, unauthorized("invalid_request", "use the Bearer scheme: Authorization: Bearer idm_…")
-	}
-	return a.check(r.Context(), strings.TrimSpace(bearer))
-}
-
-// check returns the principal of a token, or the 401 (or 503) to answer:
-// the one check of a bearer token and of the login form's token alike.
-func (a *authenticator) check(ctx context.Context, raw string) (*principal, *apiError) {
-	id, secret, ok := token.Parse(raw)
-	if !ok {
-		return nil, unauthorized("invalid_token", "malformed bearer token")
-	}
-	p, err := a.lookup(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	if !p.token.Matches(secret) {
-		return nil, unauthorized("invalid_token", "invalid or revoked bearer token")
-	}
-	return p, nil
-}
-
-// lookup returns the principal of the valid token whose ID is id, or the
-// 401 (or 503) to answer; the caller proves it holds the token (the
-// secret, or a login session signed with its hash). A token revoked is
-// refused whatever else happens: login sessions end with their token.
-func (a *authenticator) lookup(ctx context.Context, id string) (*principal, *apiError) {
-	if a == nil || a.src == nil {
-		return nil, unauthorized("invalid_token", "invalid or revoked bearer token")
-	}
-	if _, revoked := a.revokedHere.Load(id); revoked {
-		return nil, unauthorized("invalid_token", "invalid or revoked bearer token")
-	}
-	set := a.current(ctx)
-	if set != nil {
-		if _, revoked := set.revoked[id]; revoked {
-			return nil, unauthorized("invalid_token", "invalid or revoked bearer token")
-		}
-	}
-	// A copy older than maxStale might still hold a token revoked since:
-	// the store cannot tell, so neither 200 nor 401.
-	if a.stale(set) {
-		return nil, errTokensUnchecked
-	}
-	p := set.byID[id]
-	if p == nil {
-		return nil, unauthorized("invalid_token", "invalid or revoked bearer token")
-	}
-	return p, nil
-}
-
-// errTokensUnchecked is the 503 of a token that cannot be checked.
-var errTokensUnchecked = requestError(CodeUnavailable, "tokens cannot be checked right now: the store cannot be reached; retry later")
-
-// stale reports whether set cannot answer for a token: no read has
-// succeeded, or the last one is older than maxStale.
-func (a *authenticator) stale(set *tokenSet) bool {
-	return set == nil || set.byID == nil || a.now().Sub(set.readAt) > a.maxStale
-}
-
-// checkable returns the 503 to answer when no token can be checked now,
-// whatever the token: the login form answers it before it looks at the
-// token, so that its reply never tells a token seen revoked from one never
-// seen. Nil when tokens can be checked (or none is known at all).
-func (a *authenticator) checkable(ctx context.Context) *apiError {
-	if a == nil || a.src == nil || !a.stale(a.current(ctx)) {
-		return nil
-	}
-	return errTokensUnchecked
-}
-
-// unauthorized is a 401 with its WWW-Authenticate challenge (RFC 6750);
-// bearerErr is the challenge's error attribute, empty when no token came.
-func unauthorized(bearerErr, message string) *apiError {
-	challenge := `Bearer realm="idmint"`
-	if bearerErr != "" {
-		challenge += `, error="` + bearerErr + `"`
-	}
-	e := requestError(CodeUnauthorized, message)
-	e.challenge = challenge
-	return e
-}
-
-func forbidden(message string) *apiError {
-	return requestError(CodeForbidden, message)
-}
-
-// tagForbidden is the 403 of a token whose scopes do not cover tag: it
-// names the tag and the scopes that would, so that the caller knows what
-// to ask for.
-func tagForbidden(tag string) *apiError {
-	tag = truncate(tag, 64)
-	return forbidden(fmt.Sprintf("this token's scopes do not cover biz_tag %q: it needs scope ids:%s, ids, or an ids:PREFIX* that matches it", tag, tag))
-}
+// Access control is the core's (core.Core.Authorize and each operation's
+// own checks); this file keeps what routes a program mounts beside
+// idmint's use: IDAccess and AuthorizeTag.
 
 type principalKey struct{}
 
 // withPrincipal returns r carrying p, for AuthorizeTag.
-func withPrincipal(r *http.Request, p *principal) *http.Request {
+func withPrincipal(r *http.Request, p *core.Principal) *http.Request {
 	return r.WithContext(context.WithValue(r.Context(), principalKey{}, p))
 }
 
-// requireScope wraps the admin routes (and the monitoring routes when
-// protected): a valid token whose scopes pass ok, or 401/403.
-func (s *Server) requireScope(name string, ok func(*principal) bool) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			p, err := s.auth.authenticate(r)
-			if err != nil {
-				s.WriteError(w, r, err)
-				return
-			}
-			if !ok(p) {
-				s.WriteError(w, r, forbidden("this token's scopes do not include "+name))
-				return
-			}
-			next.ServeHTTP(w, withPrincipal(r, p))
-		})
-	}
-}
-
-// IDAccess wraps routes that hand out IDs. In the open mode without
-// per-address limits it returns next itself: the hot path pays nothing. In
-// the token mode it needs a valid token; a biz_tag in the query must be in
-// the token's scope (otherwise the token needs some ID scope, and the
-// handler calls AuthorizeTag once it knows the tag). IDs are charged to the
-// token's or the address's rate limit: count from the query, else 1.
-func (s *Server) IDAccess(next http.Handler) http.Handler { return s.idAccess(next, true) }
-
-// idAccess is IDAccess; with charge false it charges nothing, for handlers
-// that learn how many IDs they take from the body (ChargeIDs).
-func (s *Server) idAccess(next http.Handler, charge bool) http.Handler {
-	if s.cfg.Auth.IDs != AuthToken && s.addrLimits == nil {
+// IDAccess wraps routes that hand out IDs, which a program adds beside
+// idmint's: the core's access control of the ID operations (a token with
+// some ID scope in the token mode, the address's limit in the open mode),
+// the query's count of IDs charged (else 1), the query's biz_tag checked
+// against the token's scope. In the open mode without per-address limits it returns
+// next itself: the hot path pays nothing. The handler calls AuthorizeTag
+// once it knows the tag.
+func (s *Server) IDAccess(next http.Handler) http.Handler {
+	if s.cfg.Auth.IDs != AuthToken && s.cfg.Limits.IDsPerSecondPerAddress <= 0 {
 		return next
-	}
-	asked := func(q url.Values) int {
-		if !charge {
-			return 0
-		}
-		return idsAsked(q, s.cfg.MaxCount)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
-		if s.cfg.Auth.IDs != AuthToken {
-			if err := s.addrLimits.charge(clientAddr(r), asked(q), s.cfg.Now()); err != nil {
-				s.WriteError(w, r, err)
-				return
-			}
-			next.ServeHTTP(w, r)
-			return
-		}
-		p, err := s.auth.authenticate(r)
+		tag, _ := queryTag(q)
+		p, err := s.core.AdmitIDs(r.Context(), callerOf(r), tag, idsAsked(q, s.cfg.MaxCount))
 		if err != nil {
-			s.WriteError(w, r, err)
-			return
-		}
-		if tag, ok := queryTag(q); ok {
-			if !p.allowsTag(tag) {
-				s.WriteError(w, r, tagForbidden(tag))
-				return
-			}
-		} else if !p.hasIDScope() {
-			s.WriteError(w, r, forbidden("this token has no ID scope"))
-			return
-		}
-		if err := chargeToken(p, asked(q), s.cfg.Now()); err != nil {
 			s.WriteError(w, r, err)
 			return
 		}
@@ -470,24 +48,21 @@ func (s *Server) idAccess(next http.Handler, charge bool) http.Handler {
 // from the body, that the request may take IDs of tag. It returns nil in
 // the open mode, and an error for WriteError otherwise.
 func (s *Server) AuthorizeTag(r *http.Request, tag string) error {
-	if s.cfg.Auth.IDs != AuthToken {
-		return nil
-	}
-	p, _ := r.Context().Value(principalKey{}).(*principal)
-	if p == nil {
-		return unauthorized("", "this route needs a bearer token: Authorization: Bearer idm_…")
-	}
-	if !p.allowsTag(tag) {
-		return tagForbidden(tag)
-	}
-	return nil
+	p, _ := r.Context().Value(principalKey{}).(*core.Principal)
+	return s.core.AuthorizeTag(p, tag)
+}
+
+// Precheck returns the refusal that access control a answers r whatever
+// its body says, from r's headers alone (core.Core.Precheck).
+func (s *Server) Precheck(r *http.Request, a Access) error {
+	return s.core.Precheck(r.Context(), callerOf(r), a)
 }
 
 // queryTag returns the query's biz_tag when the handler will accept it:
 // given once and valid. Otherwise the handler answers 400 on its own.
 func queryTag(q url.Values) (string, bool) {
 	vals := q["biz_tag"]
-	if len(vals) != 1 || allocator.ValidateTag(vals[0]) != nil {
+	if len(vals) != 1 || segment.ValidateTag(vals[0]) != nil {
 		return "", false
 	}
 	return vals[0], true

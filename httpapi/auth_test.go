@@ -27,6 +27,7 @@ import (
 	"github.com/idmint/idmint/migrations"
 	"github.com/idmint/idmint/segment"
 	"github.com/idmint/idmint/token"
+	"github.com/idmint/idmint/wire"
 )
 
 // adminStore is a store with tags and tokens: postgres or sqlite.
@@ -180,34 +181,34 @@ func TestAuth_Scopes(t *testing.T) {
 				status                     int
 				code                       string
 			}{
-				{"no token", "GET", "/id?biz_tag=order", "", 401, httpapi.CodeUnauthorized},
-				{"malformed", "GET", "/id?biz_tag=order", "hello", 401, httpapi.CodeUnauthorized},
-				{"unknown", "GET", "/id?biz_tag=order", "idm_aaaaaaaaaaaaaaaa_" + strings.Repeat("x", 43), 401, httpapi.CodeUnauthorized},
-				{"wrong secret", "GET", "/id?biz_tag=order", wrongSecret, 401, httpapi.CodeUnauthorized},
-				{"revoked", "GET", "/id?biz_tag=order", revoked, 401, httpapi.CodeUnauthorized},
-				{"revoked other secret", "GET", "/id?biz_tag=order", wrong, 401, httpapi.CodeUnauthorized},
+				{"no token", "GET", "/id?biz_tag=order", "", 401, wire.CodeUnauthorized},
+				{"malformed", "GET", "/id?biz_tag=order", "hello", 401, wire.CodeUnauthorized},
+				{"unknown", "GET", "/id?biz_tag=order", "idm_aaaaaaaaaaaaaaaa_" + strings.Repeat("x", 43), 401, wire.CodeUnauthorized},
+				{"wrong secret", "GET", "/id?biz_tag=order", wrongSecret, 401, wire.CodeUnauthorized},
+				{"revoked", "GET", "/id?biz_tag=order", revoked, 401, wire.CodeUnauthorized},
+				{"revoked other secret", "GET", "/id?biz_tag=order", wrong, 401, wire.CodeUnauthorized},
 				{"all ids", "GET", "/id?biz_tag=user", all, 200, ""},
 				{"named tag", "GET", "/ids?biz_tag=order&count=3", order, 200, ""},
-				{"named tag, other tag", "GET", "/id?biz_tag=orderline", order, 403, httpapi.CodeForbidden},
-				{"named tag, encoded other tag", "GET", "/id?biz_tag=%75ser", order, 403, httpapi.CodeForbidden},
+				{"named tag, other tag", "GET", "/id?biz_tag=orderline", order, 403, wire.CodeForbidden},
+				{"named tag, encoded other tag", "GET", "/id?biz_tag=%75ser", order, 403, wire.CodeForbidden},
 				{"prefix", "GET", "/id?biz_tag=orderline", prefix, 200, ""},
-				{"prefix, other tag", "GET", "/id?biz_tag=user", prefix, 403, httpapi.CodeForbidden},
+				{"prefix, other tag", "GET", "/id?biz_tag=user", prefix, 403, wire.CodeForbidden},
 				// ids:order* is a prefix: a tag that only contains it is
 				// another tag.
-				{"prefix, tag containing it", "GET", "/id?biz_tag=preorder", prefix, 403, httpapi.CodeForbidden},
-				{"prefix, tag containing it, ids", "GET", "/ids?biz_tag=preorder&count=2", prefix, 403, httpapi.CodeForbidden},
-				{"named tag, tag twice", "GET", "/id?biz_tag=order&biz_tag=user", order, 400, httpapi.CodeInvalidTag},
-				{"admin is not ids", "GET", "/id?biz_tag=order", admin, 403, httpapi.CodeForbidden},
-				{"monitor is not ids", "GET", "/id?biz_tag=order", monitor, 403, httpapi.CodeForbidden},
-				{"admin without token", "GET", "/v1/tags", "", 401, httpapi.CodeUnauthorized},
-				{"admin with ids", "GET", "/v1/tags", all, 403, httpapi.CodeForbidden},
+				{"prefix, tag containing it", "GET", "/id?biz_tag=preorder", prefix, 403, wire.CodeForbidden},
+				{"prefix, tag containing it, ids", "GET", "/ids?biz_tag=preorder&count=2", prefix, 403, wire.CodeForbidden},
+				{"named tag, tag twice", "GET", "/id?biz_tag=order&biz_tag=user", order, 400, wire.CodeInvalidTag},
+				{"admin is not ids", "GET", "/id?biz_tag=order", admin, 403, wire.CodeForbidden},
+				{"monitor is not ids", "GET", "/id?biz_tag=order", monitor, 403, wire.CodeForbidden},
+				{"admin without token", "GET", "/v1/tags", "", 401, wire.CodeUnauthorized},
+				{"admin with ids", "GET", "/v1/tags", all, 403, wire.CodeForbidden},
 				{"admin", "GET", "/v1/tags", admin, 200, ""},
-				{"health without token", "GET", "/id/health", "", 401, httpapi.CodeUnauthorized},
-				{"health with ids", "GET", "/id/health", all, 403, httpapi.CodeForbidden},
+				{"health without token", "GET", "/id/health", "", 401, wire.CodeUnauthorized},
+				{"health with ids", "GET", "/id/health", all, 403, wire.CodeForbidden},
 				{"health with monitor", "GET", "/id/health", monitor, 200, ""},
 				{"metrics with monitor", "GET", "/metrics", monitor, 200, ""},
 				{"metrics with admin", "GET", "/metrics", admin, 200, ""},
-				{"metrics without token", "GET", "/metrics", "", 401, httpapi.CodeUnauthorized},
+				{"metrics without token", "GET", "/metrics", "", 401, wire.CodeUnauthorized},
 				{"openapi is open", "GET", "/openapi.yaml", "", 200, ""},
 			}
 			for _, tt := range tests {
@@ -324,7 +325,7 @@ func TestAuth_TokensUnreadable(t *testing.T) {
 	_, bearer, _ := token.New("x", []string{"ids"})
 	for range 50 {
 		s, hdr, body := do(t, srv, "GET", "/id?biz_tag=order", bearer, nil)
-		if s != 503 || hdr.Get("Retry-After") == "" || errorCode(t, body) != httpapi.CodeUnavailable || strings.Contains(string(body), "10.0.0.9") {
+		if s != 503 || hdr.Get("Retry-After") == "" || errorCode(t, body) != wire.CodeUnavailable || strings.Contains(string(body), "10.0.0.9") {
 			t.Fatalf("%d %s", s, body)
 		}
 	}
@@ -352,7 +353,7 @@ func TestAuth_Segments(t *testing.T) {
 	if s, _, b := do(t, p.srv, "POST", "/v1/segments", "", body("order")); s != 401 {
 		t.Fatalf("no token: %d %s", s, b)
 	}
-	if s, _, b := do(t, p.srv, "POST", "/v1/segments", order, body("user")); s != 403 || errorCode(t, b) != httpapi.CodeForbidden {
+	if s, _, b := do(t, p.srv, "POST", "/v1/segments", order, body("user")); s != 403 || errorCode(t, b) != wire.CodeForbidden {
 		t.Fatalf("other tag: %d %s", s, b)
 	}
 	if s, _, b := do(t, p.srv, "POST", "/v1/segments", order, body("order")); s != 200 {
@@ -360,20 +361,20 @@ func TestAuth_Segments(t *testing.T) {
 	}
 	// Another token with the request ID and even the holder key: the
 	// request is the first token's, and stays so.
-	if s, _, b := do(t, p.srv, "POST", "/v1/segments", other, body("order")); s != 409 || errorCode(t, b) != httpapi.CodeNotHolder {
-		t.Fatalf("another token's retry: %d %s; want 409 %s", s, b, httpapi.CodeNotHolder)
+	if s, _, b := do(t, p.srv, "POST", "/v1/segments", other, body("order")); s != 409 || errorCode(t, b) != wire.CodeNotHolder {
+		t.Fatalf("another token's retry: %d %s; want 409 %s", s, b, wire.CodeNotHolder)
 	}
 	back := map[string]any{"biz_tag": "order", "request_id": "0197a3b2-7c4d-7e5f-8a9b-0c1d2e3f4a5b",
 		"holder_key": "the-order-only-tokens-holder-key", "first": "5", "last": "10"}
-	if s, _, b := do(t, p.srv, "POST", "/v1/segments/giveback", other, back); s != 409 || errorCode(t, b) != httpapi.CodeNotHolder {
-		t.Fatalf("another token's give-back: %d %s; want 409 %s", s, b, httpapi.CodeNotHolder)
+	if s, _, b := do(t, p.srv, "POST", "/v1/segments/giveback", other, back); s != 409 || errorCode(t, b) != wire.CodeNotHolder {
+		t.Fatalf("another token's give-back: %d %s; want 409 %s", s, b, wire.CodeNotHolder)
 	}
 	if s, _, b := do(t, p.srv, "POST", "/v1/segments/giveback", order, back); s != 200 || !strings.Contains(string(b), `"given_back":true`) {
 		t.Fatalf("the holder's give-back: %d %s", s, b)
 	}
 	// Refused by the body's tag, after the middleware let the token in:
 	// counted as the middleware's refusals are.
-	if n := refused(t, p.srv.URL, httpapi.CodeForbidden); n != 1 {
+	if n := refused(t, p.srv.URL, wire.CodeForbidden); n != 1 {
 		t.Fatalf("idmint_http_refused_total{code=forbidden} = %d, want 1", n)
 	}
 }
@@ -433,8 +434,8 @@ func TestAuth_RevokedDuringOutage(t *testing.T) {
 		if s != want {
 			t.Fatalf("%s: %d %s, want %d", step, s, body, want)
 		}
-		if s == 503 && (hdr.Get("Retry-After") == "" || errorCode(t, body) != httpapi.CodeUnavailable) {
-			t.Fatalf("%s: a 503 without Retry-After or code %s: %s", step, httpapi.CodeUnavailable, body)
+		if s == 503 && (hdr.Get("Retry-After") == "" || errorCode(t, body) != wire.CodeUnavailable) {
+			t.Fatalf("%s: a 503 without Retry-After or code %s: %s", step, wire.CodeUnavailable, body)
 		}
 	}
 	expect("store up", keepBearer, 200)

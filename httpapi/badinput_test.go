@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/idmint/idmint/httpapi"
+	"github.com/idmint/idmint/wire"
 )
 
 // TestServer_BadBodies: every JSON endpoint answers a bad body with a 400
@@ -104,11 +105,11 @@ func TestServer_BadBodies(t *testing.T) {
 
 	// Nothing changed: the one tag, as created, and no range granted.
 	s, _, body := do(t, inst.srv, "GET", "/v1/tags", admin, nil)
-	var list struct{ Tags []httpapi.TagJSON }
+	var list struct{ Tags []wire.Tag }
 	if err := json.Unmarshal(body, &list); err != nil || s != 200 {
 		t.Fatalf("list: %d %s", s, body)
 	}
-	if len(list.Tags) != 1 || list.Tags[0] != (httpapi.TagJSON{Tag: "order", Step: 10, MaxStep: 1_000_000}) {
+	if len(list.Tags) != 1 || list.Tags[0] != (wire.Tag{Tag: "order", Step: 10, MaxStep: 1_000_000}) {
 		t.Fatalf("after the bad bodies: %+v", list.Tags)
 	}
 }
@@ -120,7 +121,7 @@ func TestServer_NotFound(t *testing.T) {
 	srv, _ := newServer(t)
 	for _, path := range []string{"/", "/nope", "/id/", "/v1/nothing?x=1"} {
 		status, _, body := getURL(t, srv.URL+path)
-		if status != http.StatusNotFound || errorCode(t, body) != httpapi.CodeNotFound {
+		if status != http.StatusNotFound || errorCode(t, body) != wire.CodeNotFound {
 			t.Fatalf("GET %s: %d %s", path, status, body)
 		}
 		for _, want := range []string{"no such endpoint", "/id/dashboard", "/id/health", "/openapi.yaml"} {
@@ -179,11 +180,11 @@ func TestServer_EncodedBodies(t *testing.T) {
 		}
 	}
 	s, _, body := do(t, inst.srv, "GET", "/v1/tags", admin, nil)
-	var list struct{ Tags []httpapi.TagJSON }
+	var list struct{ Tags []wire.Tag }
 	if err := json.Unmarshal(body, &list); err != nil || s != 200 {
 		t.Fatalf("list: %d %s", s, body)
 	}
-	if len(list.Tags) != 1 || list.Tags[0] != (httpapi.TagJSON{Tag: "order", Step: 10, MaxStep: 1_000_000}) {
+	if len(list.Tags) != 1 || list.Tags[0] != (wire.Tag{Tag: "order", Step: 10, MaxStep: 1_000_000}) {
 		t.Fatalf("after the encoded bodies: %+v", list.Tags)
 	}
 }

@@ -19,7 +19,7 @@ func FuzzDecodeBody(f *testing.F) {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, body string) {
-		for _, dst := range []any{&createTagRequest{}, &patchTagRequest{}, &bumpRequest{}, &wire.SegmentRequest{}, &wire.GiveBackRequest{}} {
+		for _, dst := range []any{&wire.CreateTagRequest{}, &wire.PatchTagRequest{}, &wire.BumpRequest{}, &wire.SegmentRequest{}, &wire.GiveBackRequest{}} {
 			r := httptest.NewRequest("POST", "/v1/tags", strings.NewReader(body))
 			err := decodeBody(httptest.NewRecorder(), r, 1<<10, dst)
 			if err == nil {

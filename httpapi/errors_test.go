@@ -20,6 +20,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/idmint/idmint/core"
 	"github.com/idmint/idmint/segment"
 	"github.com/idmint/idmint/wire"
 )
@@ -83,19 +84,25 @@ func TestErrorTable_OpenAPI(t *testing.T) {
 func TestErrorTable_Rows(t *testing.T) {
 	status := map[string]int{}
 	own := map[string]int{}
-	for _, rule := range errorTable {
-		if s, ok := status[rule.code]; ok && s != rule.status {
-			t.Errorf("%s: status %d in one row, %d in another", rule.code, s, rule.status)
+	for i := range core.Rules {
+		rule := &core.Rules[i]
+		if _, ok := httpStatus[rule.Code]; !ok {
+			t.Errorf("%s: no status in httpStatus", rule.Code)
 		}
-		status[rule.code] = rule.status
-		if rule.err == nil {
-			own[rule.code]++
+		if s, ok := status[rule.Code]; ok && s != statusOf(rule) {
+			t.Errorf("%s: status %d in one row, %d in another", rule.Code, s, statusOf(rule))
 		}
-		if rule.when == "" || rule.status < 400 {
-			t.Errorf("%s: status %d, when %q", rule.code, rule.status, rule.when)
+		status[rule.Code] = statusOf(rule)
+		if rule.Err == nil {
+			own[rule.Code]++
+		} else if born := wire.CodeOf(rule.Err); born != "" && born != rule.Code {
+			t.Errorf("%v: born with code %s, the table answers %s", rule.Err, born, rule.Code)
 		}
-		if rule.refusal && rule.status >= 500 {
-			t.Errorf("%s: a %d is not a refusal", rule.code, rule.status)
+		if rule.When == "" || statusOf(rule) < 400 {
+			t.Errorf("%s: status %d, when %q", rule.Code, statusOf(rule), rule.When)
+		}
+		if rule.Refusal && statusOf(rule) >= 500 {
+			t.Errorf("%s: a %d is not a refusal", rule.Code, statusOf(rule))
 		}
 	}
 	for code, n := range own {
@@ -103,8 +110,13 @@ func TestErrorTable_Rows(t *testing.T) {
 			t.Errorf("%s: %d rows of httpapi's own error", code, n)
 		}
 	}
-	if internalRule == nil || internalRule.status != http.StatusInternalServerError {
-		t.Fatalf("no internal row: %+v", internalRule)
+	for code := range httpStatus {
+		if _, ok := status[code]; !ok {
+			t.Errorf("%s: a status, and no row", code)
+		}
+	}
+	if internalRule() == nil || statusOf(internalRule()) != http.StatusInternalServerError {
+		t.Fatalf("no internal row: %+v", internalRule())
 	}
 }
 
@@ -115,36 +127,36 @@ func TestServer_WriteError(t *testing.T) {
 	type probe struct {
 		name    string
 		err     error
-		rule    *errorRule
+		rule    *core.Rule
 		message string // the reply's message
 	}
 	var probes []probe
-	for i := range errorTable {
-		rule := &errorTable[i]
-		if rule.err == nil {
-			msg := cmp.Or(rule.message, "own message of "+rule.code)
-			probes = append(probes, probe{rule.code, requestError(rule.code, "own message of "+rule.code), rule, msg})
+	for i := range core.Rules {
+		rule := &core.Rules[i]
+		if rule.Err == nil {
+			msg := cmp.Or(rule.Message, "own message of "+rule.Code)
+			probes = append(probes, probe{rule.Code, newError(rule.Code, "own message of "+rule.Code), rule, msg})
 			continue
 		}
-		err := fmt.Errorf("while serving: %w", rule.err)
-		msg := rule.message
+		err := fmt.Errorf("while serving: %w", rule.Err)
+		msg := rule.Message
 		if msg == "" {
 			msg = err.Error()
 		}
-		probes = append(probes, probe{rule.code + " " + rule.err.Error(), err, rule, msg})
+		probes = append(probes, probe{rule.Code + " " + rule.Err.Error(), err, rule, msg})
 	}
 	probes = append(probes,
-		probe{"unknown error", errors.New(`ERROR: relation "idmint_tags" does not exist (SQLSTATE 42P01)`), internalRule, "internal error"},
-		probe{"unknown own code", requestError("no_such_code", "x"), internalRule, "internal error"},
-		probe{"rate limit's wait", rateLimited(3500 * time.Millisecond), ownRules[CodeRateLimited], "too many ids asked for; retry after the time in Retry-After"},
-		probe{"store's wait", fmt.Errorf("tag order: %w", &segment.UnavailableError{RetryAfter: 7 * time.Second, Err: errors.New("dial tcp: refused")}), lookup(segment.ErrUnavailable), lookup(segment.ErrUnavailable).message},
+		probe{"unknown error", errors.New(`ERROR: relation "idmint_tags" does not exist (SQLSTATE 42P01)`), internalRule(), "internal error"},
+		probe{"unknown own code", newError("no_such_code", "x"), internalRule(), "internal error"},
+		probe{"rate limit's wait", &core.Error{Code: wire.CodeRateLimited, Message: "too many ids asked for; retry after the time in Retry-After", RetryAfter: 3500 * time.Millisecond}, core.Lookup(newError(wire.CodeRateLimited, "")), "too many ids asked for; retry after the time in Retry-After"},
+		probe{"store's wait", fmt.Errorf("tag order: %w", &segment.UnavailableError{RetryAfter: 7 * time.Second, Err: errors.New("dial tcp: refused")}), core.Lookup(segment.ErrUnavailable), core.Lookup(segment.ErrUnavailable).Message},
 	)
 	for _, p := range probes {
 		t.Run(p.name, func(t *testing.T) {
 			s := &Server{cfg: Config{Metrics: NewMetrics(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}}
 			counted := func() float64 {
 				var m dto.Metric
-				if err := s.cfg.Metrics.refusedCounter().WithLabelValues(p.rule.code).Write(&m); err != nil {
+				if err := s.cfg.Metrics.refusedCounter().WithLabelValues(p.rule.Code).Write(&m); err != nil {
 					t.Fatal(err)
 				}
 				return m.GetCounter().GetValue()
@@ -157,10 +169,10 @@ func TestServer_WriteError(t *testing.T) {
 			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
 				t.Fatalf("reply %q: %v", rec.Body, err)
 			}
-			if rec.Code != p.rule.status || body.Error.Code != p.rule.code || body.Error.Message != p.message {
-				t.Fatalf("reply %d %+v; want %d %s %q", rec.Code, body.Error, p.rule.status, p.rule.code, p.message)
+			if rec.Code != statusOf(p.rule) || body.Error.Code != p.rule.Code || body.Error.Message != p.message {
+				t.Fatalf("reply %d %+v; want %d %s %q", rec.Code, body.Error, statusOf(p.rule), p.rule.Code, p.message)
 			}
-			wantRetry := map[retryRule]string{retryNone: "", retryFixed: "1", retryFromError: "1"}[p.rule.retry]
+			wantRetry := map[core.Retry]string{core.RetryNone: "", core.RetryFixed: "1", core.RetryFromError: "1"}[p.rule.Retry]
 			switch p.name {
 			case "rate limit's wait":
 				wantRetry = "4"
@@ -170,29 +182,31 @@ func TestServer_WriteError(t *testing.T) {
 			if got := rec.Header().Get("Retry-After"); got != wantRetry {
 				t.Errorf("Retry-After %q, want %q", got, wantRetry)
 			}
-			if n := counted() - before; n != map[bool]float64{true: 1}[p.rule.refusal] {
-				t.Errorf("idmint_http_refused_total{code=%q} rose by %v; the row's refusal is %v", p.rule.code, n, p.rule.refusal)
+			if n := counted() - before; n != map[bool]float64{true: 1}[p.rule.Refusal] {
+				t.Errorf("idmint_http_refused_total{code=%q} rose by %v; the row's refusal is %v", p.rule.Code, n, p.rule.Refusal)
 			}
 		})
 	}
 }
 
-// tableCodes returns the codes of errorTable, sorted, once each.
+// tableCodes returns the codes of core.Rules, sorted, once each.
 func tableCodes() []string {
 	var codes []string
-	for _, rule := range errorTable {
-		codes = append(codes, rule.code)
+	for i := range core.Rules {
+		rule := &core.Rules[i]
+		codes = append(codes, rule.Code)
 	}
 	slices.Sort(codes)
 	return slices.Compact(codes)
 }
 
-// renderErrorsDoc writes docs/errors.md from errorTable.
+// renderErrorsDoc writes docs/errors.md from core.Rules and httpStatus.
 func renderErrorsDoc() string {
 	var b strings.Builder
 	b.WriteString(`# Errors
 
-<!-- Generated from errorTable in httpapi/errors.go: edit the table, then run
+<!-- Generated from core.Rules (core/errors.go) and httpStatus
+     (httpapi/errors.go): edit them, then run
      IDMINT_UPDATE_DOCS=1 go test -run TestErrorTable_Docs ./httpapi/
      TestErrorTable_Docs fails while this page and the table differ. -->
 
@@ -210,24 +224,30 @@ field and what it wants, e.g. ` + "`step: want a whole number`" + `.
 Replies counted as refused add one to ` + "`idmint_http_refused_total{code}`" + `.
 The same codes are the enum of the ` + "`Error`" + ` schema in ` + "`httpapi/openapi.yaml`" + `.
 
-One row per error, in the order they are matched: first httpapi's own
-errors, then the sentinel errors of the packages below it.
+One row per error, in the order they are matched: first the core's and the
+adapters' own errors, then the sentinel errors of the packages below them.
+The status is the HTTP one; gRPC answers each code with its own status
+(rpcapi's grpcCodes) and the code in ` + "`google.rpc.ErrorInfo`" + `.
 
 | status | code | Retry-After | refused | message | when |
 |---|---|---|---|---|---|
 `)
-	for _, rule := range errorTable {
-		retry := map[retryRule]string{retryNone: "—", retryFixed: "1 s", retryFromError: "the wait the error carries, else 1 s"}[rule.retry]
-		refused := map[bool]string{true: "counted", false: "—"}[rule.refusal]
+	for i := range core.Rules {
+		rule := &core.Rules[i]
+		retry := map[core.Retry]string{core.RetryNone: "—", core.RetryFixed: "1 s", core.RetryFromError: "the wait the error carries, else 1 s"}[rule.Retry]
+		refused := map[bool]string{true: "counted", false: "—"}[rule.Refusal]
 		msg := "the error's text"
-		if rule.message != "" {
-			msg = "“" + rule.message + "”"
+		if rule.Message != "" {
+			msg = "“" + rule.Message + "”"
 		}
-		if rule.err == nil && rule.message == "" {
+		if rule.Err == nil && rule.Message == "" {
 			msg = "says what is wrong and what is wanted"
 		}
-		fmt.Fprintf(&b, "| %d | `%s` | %s | %s | %s | %s |\n", rule.status, rule.code, retry, refused,
-			strings.ReplaceAll(msg, "|", `\|`), strings.ReplaceAll(rule.when, "|", `\|`))
+		fmt.Fprintf(&b, "| %d | `%s` | %s | %s | %s | %s |\n", statusOf(rule), rule.Code, retry, refused,
+			strings.ReplaceAll(msg, "|", `\|`), strings.ReplaceAll(rule.When, "|", `\|`))
 	}
 	return b.String()
 }
+
+// internalRule is the row of an error the table does not know.
+func internalRule() *core.Rule { return core.Lookup(errors.New("no row")) }

@@ -116,7 +116,7 @@ func runFloorCases(t *testing.T, store adminStore, mode httpapi.AuthMode, cases 
 		after := tagMaxID(t, store, "floor")
 		if c.first == 0 {
 			retry, err := strconv.Atoi(hdr.Get("Retry-After"))
-			if status != http.StatusTooManyRequests || errorCode(t, reply) != httpapi.CodeRateLimited || err != nil || retry < 1 ||
+			if status != http.StatusTooManyRequests || errorCode(t, reply) != wire.CodeRateLimited || err != nil || retry < 1 ||
 				!strings.Contains(string(reply), "floor") {
 				t.Fatalf("%s: %d %s (Retry-After %q); want 429 rate_limited about the floor, with Retry-After", c.name, status, reply, hdr.Get("Retry-After"))
 			}
@@ -211,7 +211,7 @@ func TestLimits_ClaimedFloorUnsure(t *testing.T) {
 	if m := tagMaxID(t, store, "floor"); m != allocator.MaxClaimedLead+10 {
 		t.Fatalf("max_id %d after the lost grant, want 2^32 + 10: the scenario proves nothing", m)
 	}
-	if status, reply := claim(uuid.Must(uuid.NewV7())); status != http.StatusTooManyRequests || errorCode(t, reply) != httpapi.CodeRateLimited {
+	if status, reply := claim(uuid.Must(uuid.NewV7())); status != http.StatusTooManyRequests || errorCode(t, reply) != wire.CodeRateLimited {
 		t.Fatalf("a claim after a lost one that took the whole budget: %d %s, want 429", status, reply)
 	}
 	status, reply := claim(lost)

@@ -4,14 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
 	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
 
-	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/core"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/wire"
 )
 
 // The ID routes are the hot path: they read their parameters without
@@ -19,13 +19,15 @@ import (
 // validates a tag only when it has no buffer for it yet), and append-encode
 // the reply into a pooled buffer.
 
+// callerOf is who makes r: its Authorization values and peer address. It
+// allocates nothing.
+func callerOf(r *http.Request) core.Caller {
+	return core.Caller{Authorization: r.Header["Authorization"], Addr: r.RemoteAddr}
+}
+
 func (s *Server) handleID(w http.ResponseWriter, r *http.Request) {
-	tag, err := tagParam(r.URL.RawQuery)
-	if err != nil {
-		s.WriteError(w, r, err)
-		return
-	}
-	id, err := s.cfg.Allocator.Next(r.Context(), tag)
+	tag, bad := tagParam(r.URL.RawQuery)
+	id, err := s.core.NextID(r.Context(), callerOf(r), core.IDsRequest{Tag: tag, Bad: bad})
 	if err != nil {
 		s.WriteError(w, r, err)
 		return
@@ -45,34 +47,36 @@ func (s *Server) handleID(w http.ResponseWriter, r *http.Request) {
 	writeBody(w, http.StatusOK, contentJSON, buf.b)
 }
 
+// idsRequest reads the query of /ids: the tag, the count, the format. The
+// first fault found is the request's Bad, answered by the core once
+// access control passed.
+func (s *Server) idsRequest(raw string) core.IDsRequest {
+	tag, bad := tagParam(raw)
+	count, err := countParam(raw, s.core.MaxCount())
+	if bad == nil {
+		bad = err
+	}
+	ranges, err := formatParam(raw)
+	if bad == nil {
+		bad = err
+	}
+	return core.IDsRequest{Tag: tag, Count: count, Ranges: ranges, Bad: bad}
+}
+
 func (s *Server) handleIDs(w http.ResponseWriter, r *http.Request) {
-	raw := r.URL.RawQuery
-	tag, err := tagParam(raw)
-	if err != nil {
-		s.WriteError(w, r, err)
-		return
-	}
-	n, err := countParam(raw, s.cfg.MaxCount)
-	if err != nil {
-		s.WriteError(w, r, err)
-		return
-	}
-	asRanges, err := formatParam(raw)
-	if err != nil {
-		s.WriteError(w, r, err)
-		return
-	}
+	req := s.idsRequest(r.URL.RawQuery)
 	buf := replies.Get().(*reply)
 	defer buf.release()
 	// IDs taken before an error are handed out (fewer than count) rather
 	// than lost.
-	if buf.ranges, err = s.cfg.Allocator.NextRanges(r.Context(), tag, n, buf.ranges[:0]); err != nil && len(buf.ranges) == 0 {
+	var err error
+	if buf.ranges, err = s.core.NextIDs(r.Context(), callerOf(r), req, buf.ranges[:0]); err != nil && len(buf.ranges) == 0 {
 		s.WriteError(w, r, err)
 		return
 	}
 	b := append(buf.b[:0], `{"biz_tag":`...)
-	b = appendJSONString(b, tag)
-	if asRanges {
+	b = appendJSONString(b, req.Tag)
+	if req.Ranges {
 		b = append(b, `,"ranges":[`...)
 		for i, rg := range buf.ranges {
 			if i > 0 {
@@ -163,27 +167,27 @@ func tagParam(raw string) (string, error) {
 	tag, n := queryParam(raw, "biz_tag")
 	switch {
 	case tag == "":
-		return "", errTagRequired
+		return "", core.ErrTagRequired
 	case n > 1:
-		return "", errTagTwice
+		return "", core.ErrTagTwice
 	}
 	return tag, nil
 }
 
-var (
-	errTagRequired = requestError(CodeInvalidTag, "biz_tag is required, e.g. /id?biz_tag=order")
-	errTagTwice    = requestError(CodeInvalidTag, "give biz_tag once")
-)
-
 // countParam returns the count of a raw query: a decimal from 1 to limit.
+// Out of bounds, it returns the count it read with the error (the limits
+// charge what was asked).
 func countParam(raw string, limit int) (int, error) {
 	v, n := queryParam(raw, "count")
 	if n != 1 {
-		return 0, requestError(CodeInvalidCount, fmt.Sprintf("count is required once, 1 to %d", limit))
+		return 0, newError(wire.CodeInvalidCount, fmt.Sprintf("count is required once, 1 to %d", limit))
 	}
 	c, err := strconv.Atoi(v)
-	if err != nil || c < 1 || c > limit {
-		return 0, requestError(CodeInvalidCount, fmt.Sprintf("count must be a whole number from 1 to %d", limit))
+	if err != nil {
+		return 0, newError(wire.CodeInvalidCount, fmt.Sprintf("count must be a whole number from 1 to %d", limit))
+	}
+	if c < 1 || c > limit {
+		return c, newError(wire.CodeInvalidCount, fmt.Sprintf("count must be a whole number from 1 to %d", limit))
 	}
 	return c, nil
 }
@@ -198,22 +202,7 @@ func formatParam(raw string) (ranges bool, err error) {
 	case n == 1 && v == "ranges":
 		return true, nil
 	}
-	return false, requestError(CodeInvalidFormat, "format must be given at most once: list (the default) or ranges")
-}
-
-// parseTag returns the one biz_tag of a query, validated.
-func parseTag(q url.Values) (string, error) {
-	vals, ok := q["biz_tag"]
-	switch {
-	case !ok || len(vals) == 0 || vals[0] == "":
-		return "", errTagRequired
-	case len(vals) > 1:
-		return "", errTagTwice
-	}
-	if err := allocator.ValidateTag(vals[0]); err != nil {
-		return "", requestError(CodeInvalidTag, err.Error())
-	}
-	return vals[0], nil
+	return false, core.ErrFormat
 }
 
 func wantsText(r *http.Request) bool {

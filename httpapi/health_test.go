@@ -22,6 +22,7 @@ import (
 	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/migrations"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/wire"
 )
 
 // lossyStore is a real Postgres store that can lose the reply of its next
@@ -298,7 +299,7 @@ func TestHealth_Fields(t *testing.T) {
 func TestHealth_UnknownTag(t *testing.T) {
 	p := newPGInstance(t, pgtest.Shared(t), map[string]int64{"order": 10}, nil)
 	status, _, body := getURL(t, p.srv.URL+"/id/health?biz_tag=nope")
-	if status != 404 || errorCode(t, body) != httpapi.CodeUnknownTag {
+	if status != 404 || errorCode(t, body) != wire.CodeUnknownTag {
 		t.Fatalf("%d %s", status, body)
 	}
 	if _, h := p.health(t, ""); len(h.Tags) != 0 {

@@ -17,6 +17,7 @@ import (
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/testlog"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/wire"
 )
 
 // TestServer_IDsRanges takes IDs as ranges and as lists from two instances
@@ -97,7 +98,7 @@ func TestServer_IDsRanges(t *testing.T) {
 	}
 	for _, q := range []string{"format=bad", "format=ranges&format=ranges", "format="} {
 		status, _, body := getURL(t, servers[0].URL+"/ids?biz_tag=order&count=3&"+q)
-		if status != 400 || errorCode(t, body) != httpapi.CodeInvalidFormat {
+		if status != 400 || errorCode(t, body) != wire.CodeInvalidFormat {
 			t.Fatalf("%s: %d %s", q, status, body)
 		}
 	}
@@ -207,7 +208,7 @@ func TestServer_RequestTimeout(t *testing.T) {
 	// The client gives up long before the buffer would: a request that is
 	// not bounded fails the test here instead of hanging it.
 	status, hdr, body := getURL(t, srv.URL+"/id?biz_tag=order")
-	if status != 503 || errorCode(t, body) != httpapi.CodeUnavailable || hdr.Get("Retry-After") == "" {
+	if status != 503 || errorCode(t, body) != wire.CodeUnavailable || hdr.Get("Retry-After") == "" {
 		t.Fatalf("status %d %v: %s", status, hdr, body)
 	}
 }

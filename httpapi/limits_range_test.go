@@ -118,7 +118,7 @@ func TestLimits_RangeGrants(t *testing.T) {
 			for range extra {
 				id := uuid.Must(uuid.NewV7())
 				s, hdr, body := grant(flooder, floodBearer, id)
-				if s != http.StatusTooManyRequests || errorCode(t, body) != httpapi.CodeRateLimited {
+				if s != http.StatusTooManyRequests || errorCode(t, body) != wire.CodeRateLimited {
 					t.Fatalf("a grant past the burst: %d %s", s, body)
 				}
 				if ra := hdr.Get("Retry-After"); ra != "1" { // one more grant in 50 ms
@@ -135,7 +135,7 @@ func TestLimits_RangeGrants(t *testing.T) {
 					t.Fatalf("refused request %s: lookup %v, want not found", id, err)
 				}
 			}
-			if n := refused(t, base, httpapi.CodeRateLimited); n != extra+1 {
+			if n := refused(t, base, wire.CodeRateLimited); n != extra+1 {
 				t.Fatalf("rate_limited counted %d, want %d", n, extra+1)
 			}
 			// The next range starts right after the flood's last: max_id

@@ -126,11 +126,11 @@ func TestLimits_SlowClients(t *testing.T) {
 func TestLimits_Inputs(t *testing.T) {
 	_, base, _ := limitedServer(t, httpapi.AuthConfig{}, httpapi.Limits{})
 	s, _, body := getWith(t, base+"/id?biz_tag="+strings.Repeat("a", 5000), "")
-	if s != 414 || errorCode(t, body) != httpapi.CodeQueryTooLong || len(body) > 200 {
+	if s != 414 || errorCode(t, body) != wire.CodeQueryTooLong || len(body) > 200 {
 		t.Fatalf("long query: %d %.200s", s, body)
 	}
 	s, _, body = getWith(t, base+"/id?biz_tag="+strings.Repeat("é", 900), "")
-	if s != 400 || errorCode(t, body) != httpapi.CodeInvalidTag || len(body) > 400 {
+	if s != 400 || errorCode(t, body) != wire.CodeInvalidTag || len(body) > 400 {
 		t.Fatalf("long invalid tag: %d, %d bytes: %.300s", s, len(body), body)
 	}
 	req, _ := http.NewRequest("POST", base+"/v1/tags", strings.NewReader(strings.Repeat(" ", 70<<10)))
@@ -140,13 +140,13 @@ func TestLimits_Inputs(t *testing.T) {
 	}
 	body, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 413 || errorCode(t, body) != httpapi.CodeBodyTooLarge {
+	if resp.StatusCode != 413 || errorCode(t, body) != wire.CodeBodyTooLarge {
 		t.Fatalf("large body: %d %s", resp.StatusCode, body)
 	}
-	if n := refused(t, base, httpapi.CodeQueryTooLong); n != 1 {
+	if n := refused(t, base, wire.CodeQueryTooLong); n != 1 {
 		t.Fatalf("query_too_long counted %d times, want 1", n)
 	}
-	if n := refused(t, base, httpapi.CodeBodyTooLarge); n != 1 {
+	if n := refused(t, base, wire.CodeBodyTooLarge); n != 1 {
 		t.Fatalf("body_too_large counted %d times, want 1", n)
 	}
 	// A header past MaxHeaderBytes is cut by net/http itself (431).
@@ -180,7 +180,7 @@ func TestLimits_RateByIDs(t *testing.T) {
 			t.Fatalf("first batch: %d %s", s, body)
 		}
 		s, hdr, body := getWith(t, base+"/ids?biz_tag=order&count=100", greedy)
-		if s != 429 || errorCode(t, body) != httpapi.CodeRateLimited {
+		if s != 429 || errorCode(t, body) != wire.CodeRateLimited {
 			t.Fatalf("second batch: %d %s", s, body)
 		}
 		if ra, err := strconv.Atoi(hdr.Get("Retry-After")); err != nil || ra < 1 || ra > 11 {
@@ -192,7 +192,7 @@ func TestLimits_RateByIDs(t *testing.T) {
 		if s, _, body := getWith(t, base+"/ids?biz_tag=order&count=100", modest); s != 200 {
 			t.Fatalf("another token: %d %s", s, body)
 		}
-		if n := refused(t, base, httpapi.CodeRateLimited); n != 2 {
+		if n := refused(t, base, wire.CodeRateLimited); n != 2 {
 			t.Fatalf("rate_limited counted %d, want 2", n)
 		}
 	})
@@ -279,7 +279,7 @@ func TestLimits_SegmentsByIDs(t *testing.T) {
 			t.Fatalf("first range: %d %s", s, body)
 		}
 		s, hdr, body := grant(t, base, greedy, "range", 50)
-		if s != 429 || errorCode(t, body) != httpapi.CodeRateLimited || hdr.Get("Retry-After") == "" {
+		if s != 429 || errorCode(t, body) != wire.CodeRateLimited || hdr.Get("Retry-After") == "" {
 			t.Fatalf("second range after 100 ids: %d %s", s, body)
 		}
 		if s, _, body := grant(t, base, modest, "range", 100); s != 200 {
@@ -301,7 +301,7 @@ func TestLimits_SegmentsByIDs(t *testing.T) {
 			t.Fatalf("range of the step after failed grants: %d %s", s, body)
 		}
 		s, hdr, body := getWith(t, base+"/id?biz_tag=order", "")
-		if s != 429 || errorCode(t, body) != httpapi.CodeRateLimited {
+		if s != 429 || errorCode(t, body) != wire.CodeRateLimited {
 			t.Fatalf("one id after a range of 1000: %d %s", s, body)
 		}
 		if ra, err := strconv.Atoi(hdr.Get("Retry-After")); err != nil || ra < 60 {

@@ -7,6 +7,9 @@ import (
 	"strings"
 
 	"github.com/go-chi/chi/v5"
+
+	"github.com/idmint/idmint/core"
+	"github.com/idmint/idmint/wire"
 )
 
 // MonitorCookie is the login cookie /id/login sets, for a person who opens
@@ -56,8 +59,8 @@ func (s *Server) monitoringAuth(next http.Handler, use cookieUse) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var (
-			p         *principal
-			err       *apiError
+			p         *core.Principal
+			err       error
 			viaCookie bool
 		)
 		if use != bearerOnly && r.Header.Get("Authorization") == "" &&
@@ -68,13 +71,10 @@ func (s *Server) monitoringAuth(next http.Handler, use cookieUse) http.Handler {
 			}
 		}
 		if !viaCookie {
-			p, err = s.auth.authenticate(r)
-			if err == nil && !p.monitor && !p.admin {
-				err = forbidden("this token's scopes do not include monitor")
-			}
+			p, err = s.core.Authorize(r.Context(), callerOf(r), core.AccessMonitoring)
 		}
 		if err != nil {
-			if use == cookiePage && err.code == CodeUnauthorized && strings.Contains(r.Header.Get("Accept"), "text/html") {
+			if use == cookiePage && core.Lookup(err).Code == wire.CodeUnauthorized && strings.Contains(r.Header.Get("Accept"), "text/html") {
 				// A fixed, relative target: /id/login beside the page.
 				seeOther(w, "login")
 				return
@@ -107,7 +107,7 @@ func (s *Server) mountLogin(r chi.Router) {
 	sameOrigin := func(h http.HandlerFunc) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			if err := cop.Check(r); err != nil {
-				s.WriteError(w, r, forbidden("cross-origin request refused"))
+				s.WriteError(w, r, core.Forbidden("cross-origin request refused"))
 				return
 			}
 			h(w, r)
@@ -126,11 +126,11 @@ func (s *Server) mountLogin(r chi.Router) {
 // errLoginRefused is the one answer to a token the form does not take:
 // malformed, made up, revoked or with other scopes than monitor alike, so
 // that the form tells nothing of which tokens exist.
-var errLoginRefused = requestError(CodeUnauthorized,
+var errLoginRefused = newError(wire.CodeUnauthorized,
 	"invalid or revoked token, or not a token whose only scope is monitor (idmint token create --scope monitor)")
 
 // errLoginUnchecked is the login form's 503: no token can be checked now.
-var errLoginUnchecked = requestError(CodeUnavailable, "tokens cannot be checked right now; try again later")
+var errLoginUnchecked = newError(wire.CodeUnavailable, "tokens cannot be checked right now; try again later")
 
 // handleLogin checks the form's token as a bearer token is checked and
 // sets a login session of it as the cookie. Each attempt is charged to
@@ -140,44 +140,44 @@ var errLoginUnchecked = requestError(CodeUnavailable, "tokens cannot be checked 
 // (principal.monitorOnly), and every other token gets the same reply.
 func (s *Server) handleLogin(w http.ResponseWriter, r *http.Request) {
 	now := s.cfg.Now()
-	if err := s.loginLimits.charge(r, now); err != nil {
+	if err := s.core.ChargeLogin(callerOf(r).Host()); err != nil {
 		s.refuseLogin(w, err)
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxLoginBody)
 	if err := r.ParseForm(); err != nil || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-www-form-urlencoded") {
-		s.refuseLogin(w, requestError(CodeBadRequest, "send the login form"))
+		s.refuseLogin(w, newError(wire.CodeBadRequest, "send the login form"))
 		return
 	}
 	// Before the token is looked at: during an outage a token seen
 	// revoked and one never seen get the same 503.
-	if err := s.auth.checkable(r.Context()); err != nil {
+	if err := s.core.TokensCheckable(r.Context()); err != nil {
 		s.refuseLogin(w, errLoginUnchecked)
 		return
 	}
-	p, err := s.auth.check(r.Context(), strings.TrimSpace(r.PostForm.Get("token")))
+	p, err := s.core.CheckToken(r.Context(), strings.TrimSpace(r.PostForm.Get("token")))
 	switch {
-	case err != nil && err.code == CodeUnavailable: // the store went away since
+	case err != nil && core.Lookup(err).Code == wire.CodeUnavailable: // the store went away since
 		s.refuseLogin(w, errLoginUnchecked)
 		return
-	case err != nil || !p.monitorOnly():
+	case err != nil || !p.MonitorOnly():
 		s.refuseLogin(w, errLoginRefused)
 		return
 	}
-	setLoginCookie(w, r, newSession(p.token, now.Add(s.cfg.Auth.LoginSession)), 0)
+	setLoginCookie(w, r, newSession(p.Token(), now.Add(s.cfg.Auth.LoginSession)), 0)
 	seeOther(w, "dashboard")
 }
 
 // refuseLogin answers a refused login with the form again, saying err's
 // message, with the status, Retry-After and refusal count of err's row of
 // errorTable.
-func (s *Server) refuseLogin(w http.ResponseWriter, err *apiError) {
-	rule := lookup(err)
-	if rule.refusal {
-		s.cfg.Metrics.refusedCounter().WithLabelValues(rule.code).Inc()
+func (s *Server) refuseLogin(w http.ResponseWriter, err error) {
+	rule := core.Lookup(err)
+	if rule.Refusal && !core.Counted(err) {
+		s.cfg.Metrics.refusedCounter().WithLabelValues(rule.Code).Inc()
 	}
 	setRetryAfter(w, rule, err)
-	writeLoginPage(w, rule.status, err.message)
+	writeLoginPage(w, statusOf(rule), err.Error())
 }
 
 // setLoginCookie sets the login cookie to value (maxAge -1 deletes it)

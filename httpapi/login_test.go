@@ -21,6 +21,7 @@ import (
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/token"
+	"github.com/idmint/idmint/wire"
 )
 
 // send sends one request on srv's validating client without following
@@ -337,7 +338,7 @@ func TestLogin_RateLimit(t *testing.T) {
 	if resp, _ := sendFrom(t, other, p.srv.URL, "POST", "/id/login", good); resp.StatusCode != http.StatusSeeOther || loginCookie(resp) == nil {
 		t.Fatalf("another address with the monitor token: %d, want 303 and the cookie", resp.StatusCode)
 	}
-	if n := refusedAs(t, p.srv.URL, monitor, httpapi.CodeRateLimited); n != 2 {
+	if n := refusedAs(t, p.srv.URL, monitor, wire.CodeRateLimited); n != 2 {
 		t.Errorf("idmint_http_refused_total{code=rate_limited} = %d, want 2", n)
 	}
 	clock.advance(6 * time.Second)

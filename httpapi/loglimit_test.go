@@ -18,6 +18,7 @@ import (
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/testlog"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/wire"
 )
 
 // failingAllocator answers every request at once with err: ErrClosed for
@@ -98,10 +99,10 @@ func TestServer_FailureLogLimited(t *testing.T) {
 		get("/id?biz_tag=closing")
 	}
 	lines, suppressed := failureLines(t, logs.String())
-	if lines[httpapi.CodeUnavailable] != 1 || lines[httpapi.CodeShuttingDown] != 1 || len(lines) != 2 {
+	if lines[wire.CodeUnavailable] != 1 || lines[wire.CodeShuttingDown] != 1 || len(lines) != 2 {
 		t.Fatalf("%d 503s in one second wrote %v lines, want one per code", n+10, lines)
 	}
-	if len(suppressed) != 2 || suppressed[httpapi.CodeUnavailable] != 0 {
+	if len(suppressed) != 2 || suppressed[wire.CodeUnavailable] != 0 {
 		t.Fatalf("the first lines report %v suppressed", suppressed)
 	}
 
@@ -109,10 +110,10 @@ func TestServer_FailureLogLimited(t *testing.T) {
 	get("/id?biz_tag=order")
 	get("/id?biz_tag=order")
 	lines, suppressed = failureLines(t, logs.String())
-	if lines[httpapi.CodeUnavailable] != 2 || suppressed[httpapi.CodeUnavailable] != n-1 {
+	if lines[wire.CodeUnavailable] != 2 || suppressed[wire.CodeUnavailable] != n-1 {
 		t.Fatalf("a second later: %v lines, %v suppressed; want 2 lines and %d suppressed", lines, suppressed, n-1)
 	}
-	if suppressed[httpapi.CodeShuttingDown] != 0 {
+	if suppressed[wire.CodeShuttingDown] != 0 {
 		t.Fatalf("another code's count moved: %v", suppressed)
 	}
 

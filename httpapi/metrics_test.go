@@ -256,3 +256,19 @@ func boolValue(b bool) float64 {
 	}
 	return 0
 }
+
+// TestServer_CoreObserve: a call another transport records through the
+// core (core.Core.Observe, as a grpc-go listener does) lands in the series
+// of the HTTP API's routes, under the procedure's name.
+func TestServer_CoreObserve(t *testing.T) {
+	a := allocator.New(allocator.Config{Store: memstore.New(), Logger: quiet()})
+	t.Cleanup(func() { a.Close(context.Background()) })
+	s := httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet()})
+	s.Core().Observe("/idmint.v1.IDService/NextID", 200, time.Millisecond)
+	srv := validated(httptest.NewServer(s))
+	defer srv.Close()
+	_, _, body := get(t, srv, "/metrics")
+	if !strings.Contains(string(body), `idmint_http_requests_total{code="200",route="/idmint.v1.IDService/NextID"} 1`) {
+		t.Fatal("the observed call is not in idmint_http_requests_total")
+	}
+}

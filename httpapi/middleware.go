@@ -14,6 +14,9 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
+
+	"github.com/idmint/idmint/core"
+	"github.com/idmint/idmint/wire"
 )
 
 // What every request goes through, in Server.ServeHTTP, before and after the
@@ -55,7 +58,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			}
 			s.cfg.Logger.Error("panic serving request", "path", truncate(r.URL.Path, maxLogged), "panic", v,
 				"request_id", rc.requestID(), "stack", string(stack()))
-			s.WriteError(&ex.rec, r, requestError(CodeInternal, "internal error"))
+			s.WriteError(&ex.rec, r, newError(wire.CodeInternal, "internal error"))
 		}
 		rc.finish()
 		elapsed := s.cfg.Now().Sub(start)
@@ -75,10 +78,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 // requestContext is a request's context. It answers chi's routing context
-// and the request ID (chi's middleware.GetReqID works on it), and it bounds
-// the request's time lazily: the deadline is known from the start, but the
-// timer behind Done exists only once something waits on it, which a request
-// served from memory never does.
+// and the request ID (chi's middleware.GetReqID and core.RequestID work on
+// it), and it bounds the request's time lazily: the deadline is known from
+// the start, but the timer behind Done exists only once something waits on
+// it, which a request served from memory never does.
 type requestContext struct {
 	context.Context // the server's: cancelled when the client goes away
 	srv             *Server
@@ -125,7 +128,7 @@ func (c *requestContext) Value(key any) any {
 	switch key {
 	case chi.RouteCtxKey:
 		return c.route
-	case middleware.RequestIDKey:
+	case middleware.RequestIDKey, core.RequestIDKey:
 		return c.requestID()
 	}
 	// Once the bounded context exists, keys of the context package itself
@@ -163,7 +166,7 @@ func (c *requestContext) finish() {
 // cold tag's first fetch, a range grant, an admin call to a database a WAN
 // away), as the allocator's own waits follow it.
 func (s *Server) requestTimeout() time.Duration {
-	return s.cfg.Allocator.Timeout(s.cfg.RequestTimeout)
+	return s.core.RequestTimeout()
 }
 
 // requestID is the request's X-Request-Id header, or else a name made of

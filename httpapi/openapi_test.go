@@ -27,6 +27,7 @@ import (
 	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/lease"
+	"github.com/idmint/idmint/wire"
 )
 
 // Every reply the HTTP tests of this package receive over a client goes
@@ -99,7 +100,7 @@ func checkUnrouted(routeErr error, status int, body []byte) error {
 	}
 	refusal := (status == http.StatusNotFound || status == http.StatusMethodNotAllowed) &&
 		json.Unmarshal(body, &reply) == nil &&
-		reply.Error.Code == map[int]string{http.StatusNotFound: httpapi.CodeNotFound, http.StatusMethodNotAllowed: httpapi.CodeMethod}[status]
+		reply.Error.Code == map[int]string{http.StatusNotFound: wire.CodeNotFound, http.StatusMethodNotAllowed: wire.CodeMethod}[status]
 	if !refusal {
 		return fmt.Errorf("route not in openapi.yaml (%v): every route must be documented", routeErr)
 	}

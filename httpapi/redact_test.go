@@ -28,6 +28,7 @@ import (
 	"github.com/idmint/idmint/lease"
 	"github.com/idmint/idmint/segment"
 	"github.com/idmint/idmint/snowflake"
+	"github.com/idmint/idmint/wire"
 )
 
 // Details of the database that no surface may show.
@@ -271,10 +272,10 @@ func (p preparedLeases) Prepare(ctx context.Context, l snowflake.Layout) error {
 // confirmed on the standbys because of err. It remembers no standby.
 type waitFailed struct{ replicationSource }
 
-func (w waitFailed) ReplicationStatus(context.Context) (postgres.ReplicationStatus, error) {
+func (w waitFailed) Replication(context.Context) (wire.Replication, error) {
 	if w.err == nil {
-		return postgres.ReplicationStatus{}, errors.New("no error to report")
+		return wire.Replication{}, errors.New("no error to report")
 	}
 	return postgres.ReplicationStatus{Timeline: 1, InitialTimeline: 1, SynchronousCommit: "on", Required: postgres.ReplicasAuto,
-		Ack: postgres.AckFlush, WaitFailures: 1, LastWaitError: "grant 42: " + w.err.Error()}, nil
+		Ack: postgres.AckFlush, WaitFailures: 1, LastWaitError: "grant 42: " + w.err.Error()}.Report(), nil
 }

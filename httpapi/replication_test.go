@@ -12,6 +12,7 @@ import (
 	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/httpapi"
+	"github.com/idmint/idmint/wire"
 )
 
 // replicationSource is a fixed replication status: the health rules are
@@ -21,12 +22,12 @@ type replicationSource struct {
 	err error
 }
 
-func (s replicationSource) ReplicationStatus(context.Context) (postgres.ReplicationStatus, error) {
-	return s.st, s.err
+func (s replicationSource) Replication(context.Context) (wire.Replication, error) {
+	return s.st.Report(), s.err
 }
 
 // Standbys lists none: the fixed status remembers no standby.
-func (replicationSource) Standbys(context.Context) ([]postgres.StandbyRecord, error) { return nil, nil }
+func (replicationSource) Standbys(context.Context) ([]wire.StandbyRecord, error) { return nil, nil }
 
 // ForgetStandby finds none.
 func (replicationSource) ForgetStandby(context.Context, string) error { return allocator.ErrNotFound }

@@ -14,6 +14,7 @@ import (
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/wire"
 )
 
 // newRunwayInstance serves tags on a MemStore with an instance runway.
@@ -94,7 +95,7 @@ func TestAdmin_TagRunway(t *testing.T) {
 	_, admin := newToken(t, store, "ops", "admin")
 	runwayOf := func(body []byte) float64 {
 		t.Helper()
-		var tj httpapi.TagJSON
+		var tj wire.Tag
 		if err := json.Unmarshal(body, &tj); err != nil {
 			t.Fatalf("%s: %v", body, err)
 		}
@@ -107,10 +108,10 @@ func TestAdmin_TagRunway(t *testing.T) {
 		t.Fatalf("patch the runway: %d %s", s, body)
 	}
 	for _, bad := range []any{-1, 86400.001, 1e300} {
-		if s, _, body := do(t, a.srv, "PATCH", "/v1/tags/order", admin, map[string]any{"runway_seconds": bad}); s != 400 || errorCode(t, body) != httpapi.CodeInvalidSpec {
+		if s, _, body := do(t, a.srv, "PATCH", "/v1/tags/order", admin, map[string]any{"runway_seconds": bad}); s != 400 || errorCode(t, body) != wire.CodeInvalidSpec {
 			t.Errorf("runway %v: %d %s", bad, s, body)
 		}
-		if s, _, body := do(t, a.srv, "POST", "/v1/tags", admin, map[string]any{"biz_tag": "other", "runway_seconds": bad}); s != 400 || errorCode(t, body) != httpapi.CodeInvalidSpec {
+		if s, _, body := do(t, a.srv, "POST", "/v1/tags", admin, map[string]any{"biz_tag": "other", "runway_seconds": bad}); s != 400 || errorCode(t, body) != wire.CodeInvalidSpec {
 			t.Errorf("create with runway %v: %d %s", bad, s, body)
 		}
 	}

@@ -138,11 +138,11 @@ func TestServer_Segments(t *testing.T) {
 		}
 		stranger := wire.SegmentRequest{Tag: "order", Size: 10, RequestID: rid.String(), HolderKey: "a-strangers-own-holder-key"}
 		js, _ := json.Marshal(stranger)
-		if code, _, body := post(t, srvs[1], "/v1/segments", string(js)); code != http.StatusConflict || errorCode(t, body) != httpapi.CodeNotHolder {
+		if code, _, body := post(t, srvs[1], "/v1/segments", string(js)); code != http.StatusConflict || errorCode(t, body) != wire.CodeNotHolder {
 			t.Fatalf("stranger's grant: %d %s", code, body)
 		}
 		js, _ = json.Marshal(wire.GiveBackRequest{Tag: "order", RequestID: rid.String(), HolderKey: stranger.HolderKey, First: r.First + 1, Last: r.Last})
-		if code, _, body := post(t, srvs[1], "/v1/segments/giveback", string(js)); code != http.StatusConflict || errorCode(t, body) != httpapi.CodeNotHolder ||
+		if code, _, body := post(t, srvs[1], "/v1/segments/giveback", string(js)); code != http.StatusConflict || errorCode(t, body) != wire.CodeNotHolder ||
 			strings.Contains(string(body), stranger.HolderKey) {
 			t.Fatalf("stranger's give-back: %d %s", code, body)
 		}
@@ -156,7 +156,7 @@ func TestServer_Segments(t *testing.T) {
 			t.Fatal(err)
 		}
 		code, _, body := post(t, srvs[0], "/v1/segments", grantBody("user", 0, id))
-		if code != http.StatusConflict || errorCode(t, body) != httpapi.CodeRequestConflict {
+		if code != http.StatusConflict || errorCode(t, body) != wire.CodeRequestConflict {
 			t.Fatalf("status %d: %s", code, body)
 		}
 	})
@@ -172,29 +172,29 @@ func TestServer_SegmentsBadInput(t *testing.T) {
 		status           int
 		code             string
 	}{
-		{"not JSON", "/v1/segments", `biz_tag=order`, 400, httpapi.CodeBadRequest},
-		{"unknown field", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + `","count":5}`, 400, httpapi.CodeBadRequest},
-		{"two objects", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + `"}{}`, 400, httpapi.CodeBadRequest},
-		{"huge body", "/v1/segments", `{"biz_tag":"` + strings.Repeat("a", 5000) + `"}`, 400, httpapi.CodeBadRequest},
-		{"no tag", "/v1/segments", `{"request_id":"` + id + `"}`, 400, httpapi.CodeInvalidTag},
-		{"bad tag", "/v1/segments", `{"biz_tag":"a b","request_id":"` + id + `"}`, 400, httpapi.CodeInvalidTag},
-		{"no request id", "/v1/segments", `{"biz_tag":"order"}`, 400, httpapi.CodeInvalidRequestID},
-		{"bad request id", "/v1/segments", `{"biz_tag":"order","request_id":"42"}`, 400, httpapi.CodeInvalidRequestID},
-		{"nil request id", "/v1/segments", `{"biz_tag":"order","request_id":"` + uuid.Nil.String() + `"}`, 400, httpapi.CodeInvalidRequestID},
-		{"negative size", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + hk + `","size":-1}`, 400, httpapi.CodeInvalidSize},
-		{"size too large", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + hk + `","size":100000001}`, 400, httpapi.CodeInvalidSize},
-		{"size as a string", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + hk + `","size":"5"}`, 400, httpapi.CodeBadRequest},
-		{"unknown tag", "/v1/segments", `{"biz_tag":"nope","request_id":"` + id + hk + `"}`, 404, httpapi.CodeUnknownTag},
-		{"give back an empty range", "/v1/segments/giveback", `{"biz_tag":"order","request_id":"` + id + hk + `","first":"5","last":"4"}`, 400, httpapi.CodeInvalidRange},
-		{"give back from 0", "/v1/segments/giveback", `{"biz_tag":"order","request_id":"` + id + hk + `","first":"0","last":"4"}`, 400, httpapi.CodeInvalidRange},
-		{"no holder key", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + `"}`, 400, httpapi.CodeInvalidHolderKey},
-		{"short holder key", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + `","holder_key":"abc"}`, 400, httpapi.CodeInvalidHolderKey},
-		{"holder key of other characters", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + `","holder_key":"` + strings.Repeat("é", 30) + `"}`, 400, httpapi.CodeInvalidHolderKey},
-		{"holder key too long", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + `","holder_key":"` + strings.Repeat("a", 129) + `"}`, 400, httpapi.CodeInvalidHolderKey},
-		{"negative floor", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + hk + `","floor":"-1"}`, 400, httpapi.CodeInvalidFloor},
-		{"floor as a number", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + hk + `","floor":5}`, 400, httpapi.CodeBadRequest},
-		{"give back without a holder key", "/v1/segments/giveback", `{"biz_tag":"order","request_id":"` + id + `","first":"1","last":"4"}`, 400, httpapi.CodeInvalidHolderKey},
-		{"give back numbers", "/v1/segments/giveback", `{"biz_tag":"order","request_id":"` + id + hk + `","first":1,"last":4}`, 400, httpapi.CodeBadRequest},
+		{"not JSON", "/v1/segments", `biz_tag=order`, 400, wire.CodeBadRequest},
+		{"unknown field", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + `","count":5}`, 400, wire.CodeBadRequest},
+		{"two objects", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + `"}{}`, 400, wire.CodeBadRequest},
+		{"huge body", "/v1/segments", `{"biz_tag":"` + strings.Repeat("a", 5000) + `"}`, 400, wire.CodeBadRequest},
+		{"no tag", "/v1/segments", `{"request_id":"` + id + `"}`, 400, wire.CodeInvalidTag},
+		{"bad tag", "/v1/segments", `{"biz_tag":"a b","request_id":"` + id + `"}`, 400, wire.CodeInvalidTag},
+		{"no request id", "/v1/segments", `{"biz_tag":"order"}`, 400, wire.CodeInvalidRequestID},
+		{"bad request id", "/v1/segments", `{"biz_tag":"order","request_id":"42"}`, 400, wire.CodeInvalidRequestID},
+		{"nil request id", "/v1/segments", `{"biz_tag":"order","request_id":"` + uuid.Nil.String() + `"}`, 400, wire.CodeInvalidRequestID},
+		{"negative size", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + hk + `","size":-1}`, 400, wire.CodeInvalidSize},
+		{"size too large", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + hk + `","size":100000001}`, 400, wire.CodeInvalidSize},
+		{"size as a string", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + hk + `","size":"5"}`, 400, wire.CodeBadRequest},
+		{"unknown tag", "/v1/segments", `{"biz_tag":"nope","request_id":"` + id + hk + `"}`, 404, wire.CodeUnknownTag},
+		{"give back an empty range", "/v1/segments/giveback", `{"biz_tag":"order","request_id":"` + id + hk + `","first":"5","last":"4"}`, 400, wire.CodeInvalidRange},
+		{"give back from 0", "/v1/segments/giveback", `{"biz_tag":"order","request_id":"` + id + hk + `","first":"0","last":"4"}`, 400, wire.CodeInvalidRange},
+		{"no holder key", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + `"}`, 400, wire.CodeInvalidHolderKey},
+		{"short holder key", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + `","holder_key":"abc"}`, 400, wire.CodeInvalidHolderKey},
+		{"holder key of other characters", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + `","holder_key":"` + strings.Repeat("é", 30) + `"}`, 400, wire.CodeInvalidHolderKey},
+		{"holder key too long", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + `","holder_key":"` + strings.Repeat("a", 129) + `"}`, 400, wire.CodeInvalidHolderKey},
+		{"negative floor", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + hk + `","floor":"-1"}`, 400, wire.CodeInvalidFloor},
+		{"floor as a number", "/v1/segments", `{"biz_tag":"order","request_id":"` + id + hk + `","floor":5}`, 400, wire.CodeBadRequest},
+		{"give back without a holder key", "/v1/segments/giveback", `{"biz_tag":"order","request_id":"` + id + `","first":"1","last":"4"}`, 400, wire.CodeInvalidHolderKey},
+		{"give back numbers", "/v1/segments/giveback", `{"biz_tag":"order","request_id":"` + id + hk + `","first":1,"last":4}`, 400, wire.CodeBadRequest},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -206,7 +206,7 @@ func TestServer_SegmentsBadInput(t *testing.T) {
 	}
 	t.Run("GET is not allowed", func(t *testing.T) {
 		code, _, body := get(t, srvs[0], "/v1/segments")
-		if code != http.StatusMethodNotAllowed || errorCode(t, body) != httpapi.CodeMethod || !strings.Contains(string(body), "POST") {
+		if code != http.StatusMethodNotAllowed || errorCode(t, body) != wire.CodeMethod || !strings.Contains(string(body), "POST") {
 			t.Fatalf("status %d: %s", code, body)
 		}
 	})

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"context"
 	"encoding/json"
 	"log/slog"
 	"net/http"
@@ -10,30 +9,10 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"golang.org/x/time/rate"
 
-	"github.com/idmint/idmint/allocator"
-	"github.com/idmint/idmint/internal/ratelimit"
-	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/core"
 	"github.com/idmint/idmint/token"
 )
-
-// Allocator is what the API needs from an allocator.Allocator.
-type Allocator interface {
-	Next(ctx context.Context, tag string) (int64, error)
-	NextRanges(ctx context.Context, tag string, n int, dst []segment.Range) ([]segment.Range, error)
-	Stats() []segment.Stats
-	TagStats(ctx context.Context, tag string) (segment.Stats, error)
-	Ping(ctx context.Context) error
-	// SegmentGranter serves the range endpoints, /v1/segments.
-	SegmentGranter
-	// RoundTrip and Timeout: the database's measured round trip, and
-	// timeouts that follow it (allocator.RoundTrip).
-	RoundTrip() allocator.RoundTripStatus
-	Timeout(floor time.Duration) time.Duration
-}
-
-var _ Allocator = (*allocator.Allocator)(nil)
 
 // Config configures a Server. Zero fields take the defaults named.
 type Config struct {
@@ -90,47 +69,31 @@ type Config struct {
 	RPC Mounter
 }
 
-// Mounter adds routes to the router of s; rpcapi.Service is one.
+// Mounter adds routes of another protocol to the router, over the same
+// core: rpcapi.Service is one.
 type Mounter interface {
-	Mount(s *Server, r chi.Router)
+	Mount(c *core.Core, r chi.Router)
 }
 
-// Server is the HTTP API. It is an http.Handler.
+// Server is the HTTP API: an adapter of the core (decode, call, encode).
+// It is an http.Handler.
 //
 // Every request gets, before the router: a request ID (chi's
-// middleware.GetReqID reads it), a bounded wait (RequestTimeout), panic
-// recovery into a JSON 500, and per-route metrics by chi pattern; routes
-// mounted on Router get them too.
+// middleware.GetReqID and core.RequestID read it), a bounded wait
+// (RequestTimeout), panic recovery into a JSON 500, and per-route metrics
+// by chi pattern; routes mounted on Router get them too.
 type Server struct {
 	cfg    Config
+	core   *core.Core
 	router *chi.Mux
 
 	exchanges     sync.Pool // *exchange
 	requestSeq    atomic.Uint64
 	requestPrefix string
-
-	// auth checks bearer tokens; addrLimits is nil unless per-address
-	// limits are set, rangeLimits unless range requests are limited,
-	// loginLimits unless login attempts are; leadLimits bounds the leads
-	// of claimed floors (always).
-	auth        *authenticator
-	addrLimits  *addrLimits
-	rangeLimits *principalLimits[*rate.Limiter]
-	leadLimits  *principalLimits[*ratelimit.Bucket]
-	loginLimits *loginLimits
 }
 
 // NewServer returns the API over cfg.Allocator.
 func NewServer(cfg Config) *Server {
-	if cfg.MaxCount <= 0 {
-		cfg.MaxCount = 1000
-	}
-	if cfg.RequestTimeout <= 0 {
-		cfg.RequestTimeout = 5 * time.Second
-	}
-	if cfg.PingTimeout <= 0 {
-		cfg.PingTimeout = time.Second
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -142,51 +105,31 @@ func NewServer(cfg Config) *Server {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}
-	cfg.Metrics.attach(cfg.Allocator, cfg.PingTimeout, cfg.Replication)
-	cfg.Limits.setDefaults(cfg.RequestTimeout)
-	s := &Server{cfg: cfg, requestPrefix: requestPrefix()}
+	m := cfg.Metrics
+	refused := m.refusedCounter()
+	c := core.New(core.Config{
+		Allocator: cfg.Allocator, Instance: cfg.Instance, Tags: cfg.Tags, MaxCount: cfg.MaxCount,
+		RequestTimeout: cfg.RequestTimeout, PingTimeout: cfg.PingTimeout, Replication: cfg.Replication,
+		Snowflake: cfg.Snowflake, Auth: cfg.Auth, Limits: cfg.Limits, Admin: cfg.Admin, TokenAdmin: cfg.TokenAdmin,
+		TLS: cfg.TLS, Logger: cfg.Logger, Now: cfg.Now,
+		OnRefused: func(code string) { refused.WithLabelValues(code).Inc() },
+		OnFloor:   m.observeFloor,
+		OnCall:    func(name string, status int, elapsed time.Duration) { m.route(name).observe(status, elapsed) },
+	})
+	// The settings with the core's defaults filled in.
+	cc := c.Config()
+	cfg.MaxCount, cfg.RequestTimeout, cfg.PingTimeout, cfg.Auth, cfg.Limits = cc.MaxCount, cc.RequestTimeout, cc.PingTimeout, cc.Auth, cc.Limits
+	m.attach(cfg.Allocator, cfg.PingTimeout, cfg.Replication)
+	s := &Server{cfg: cfg, core: c, requestPrefix: requestPrefix()}
 	s.exchanges.New = func() any { return new(exchange) }
-	s.initAccess()
-	s.rangeLimits = newRangeLimits(s.cfg.Limits, s.cfg.Auth.IDs)
-	s.leadLimits = newLeadLimits(s.cfg.Limits, s.cfg.Auth.IDs)
-	r := chi.NewRouter()
-	// What serve does around the router (request ID, bounded wait,
-	// recovery, metrics) applies to every route; this caps query and body
-	// sizes before any handler reads them.
-	r.Use(s.limitRequest)
-	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		s.WriteError(w, r, requestError(CodeNotFound, "no such endpoint: "+truncate(r.URL.Path, maxLogged)+endpointHint))
-	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		s.WriteError(w, r, requestError(CodeMethod, "method "+truncate(r.Method, 16)+" not allowed on this route"))
-	})
-	// Every route gets what serve does around the router (request ID,
-	// bounded wait, recovery, metrics by its pattern); middleware for some
-	// routes only goes in with r.With, r.Group or a wrapping handler.
-	r.Method(http.MethodGet, "/id", s.IDAccess(http.HandlerFunc(s.handleID)))
-	r.Method(http.MethodGet, "/ids", s.IDAccess(http.HandlerFunc(s.handleIDs)))
-	r.Method(http.MethodGet, "/id/health", s.monitoringAuth(http.HandlerFunc(s.handleHealth), cookieToo))
-	r.Get("/id/live", handleLive)
-	r.Method(http.MethodGet, "/id/dashboard", s.monitoringAuth(http.HandlerFunc(handleDashboard), cookiePage))
-	s.mountLogin(r)
-	r.Method(http.MethodGet, "/metrics", s.monitoring(cfg.Metrics.handler()))
-	r.Get("/openapi.yaml", handleOpenAPI)
-	s.mountAdmin(r)
-	s.mountTokens(r)
-	s.mountStandbys(r)
-	if cfg.Snowflake != nil {
-		s.mountSnowflake(r)
-	}
-	// Ranges are IDs: the ID routes' access control, and the token's
-	// scope checked against the body's tag (AuthorizeTag); the ID limits
-	// charged by the handlers, by the IDs granted.
-	r.Mount("/v1/segments", s.idAccess(s.segmentsRouter(cfg.Allocator), false))
-	if cfg.RPC != nil {
-		cfg.RPC.Mount(s, r)
-	}
-	s.router = r
+	s.router = s.routes()
 	return s
 }
+
+// Core returns the core the server adapts: another transport (rpcapi)
+// serves the same operations, with the same access control and limits,
+// over it.
+func (s *Server) Core() *core.Core { return s.core }
 
 // endpointHint ends the 404 of an unknown path (GET / among them): where
 // a newcomer finds what the server offers.

@@ -21,6 +21,7 @@ import (
 	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/wire"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -147,19 +148,19 @@ func TestServer_Errors(t *testing.T) {
 		status int
 		code   string
 	}{
-		{"missing tag", "/id", 400, httpapi.CodeInvalidTag},
-		{"empty tag", "/id?biz_tag=", 400, httpapi.CodeInvalidTag},
-		{"bad tag", "/id?biz_tag=" + url.QueryEscape("a b;drop"), 400, httpapi.CodeInvalidTag},
-		{"long tag", "/id?biz_tag=" + strings.Repeat("a", 65), 400, httpapi.CodeInvalidTag},
-		{"tag twice", "/id?biz_tag=order&biz_tag=order", 400, httpapi.CodeInvalidTag},
-		{"unknown tag", "/id?biz_tag=nope", 404, httpapi.CodeUnknownTag},
-		{"unknown tag ids", "/ids?biz_tag=nope&count=2", 404, httpapi.CodeUnknownTag},
-		{"missing count", "/ids?biz_tag=order", 400, httpapi.CodeInvalidCount},
-		{"zero count", "/ids?biz_tag=order&count=0", 400, httpapi.CodeInvalidCount},
-		{"big count", "/ids?biz_tag=order&count=101", 400, httpapi.CodeInvalidCount},
-		{"text count", "/ids?biz_tag=order&count=ten", 400, httpapi.CodeInvalidCount},
-		{"unknown health tag", "/id/health?biz_tag=nope", 404, httpapi.CodeUnknownTag},
-		{"no route", "/nope", 404, httpapi.CodeNotFound},
+		{"missing tag", "/id", 400, wire.CodeInvalidTag},
+		{"empty tag", "/id?biz_tag=", 400, wire.CodeInvalidTag},
+		{"bad tag", "/id?biz_tag=" + url.QueryEscape("a b;drop"), 400, wire.CodeInvalidTag},
+		{"long tag", "/id?biz_tag=" + strings.Repeat("a", 65), 400, wire.CodeInvalidTag},
+		{"tag twice", "/id?biz_tag=order&biz_tag=order", 400, wire.CodeInvalidTag},
+		{"unknown tag", "/id?biz_tag=nope", 404, wire.CodeUnknownTag},
+		{"unknown tag ids", "/ids?biz_tag=nope&count=2", 404, wire.CodeUnknownTag},
+		{"missing count", "/ids?biz_tag=order", 400, wire.CodeInvalidCount},
+		{"zero count", "/ids?biz_tag=order&count=0", 400, wire.CodeInvalidCount},
+		{"big count", "/ids?biz_tag=order&count=101", 400, wire.CodeInvalidCount},
+		{"text count", "/ids?biz_tag=order&count=ten", 400, wire.CodeInvalidCount},
+		{"unknown health tag", "/id/health?biz_tag=nope", 404, wire.CodeUnknownTag},
+		{"no route", "/nope", 404, wire.CodeNotFound},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -185,7 +186,7 @@ func TestServer_Errors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.StatusCode != 405 || errorCode(t, body) != httpapi.CodeMethod {
+	if resp.StatusCode != 405 || errorCode(t, body) != wire.CodeMethod {
 		t.Fatalf("POST: %d %s", resp.StatusCode, body)
 	}
 }
@@ -236,7 +237,7 @@ func TestServer_Health(t *testing.T) {
 	}
 	start := time.Now()
 	status, hdr, body := get(t, srv, "/id?biz_tag=order")
-	if status != 503 || hdr.Get("Retry-After") == "" || errorCode(t, body) != httpapi.CodeUnavailable {
+	if status != 503 || hdr.Get("Retry-After") == "" || errorCode(t, body) != wire.CodeUnavailable {
 		t.Fatalf("dry: %d %v %s", status, hdr, body)
 	}
 	if d := time.Since(start); d > 2*time.Second {
@@ -252,7 +253,7 @@ func TestServer_Recoverer(t *testing.T) {
 	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: panicking{}, Logger: quiet()})))
 	defer srv.Close()
 	status, _, body := get(t, srv, "/id?biz_tag=order")
-	if status != 500 || errorCode(t, body) != httpapi.CodeInternal || strings.Contains(string(body), "goroutine") {
+	if status != 500 || errorCode(t, body) != wire.CodeInternal || strings.Contains(string(body), "goroutine") {
 		t.Fatalf("panic: %d %s", status, body)
 	}
 }

@@ -10,7 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idmint/idmint/core"
 	"github.com/idmint/idmint/token"
+	"github.com/idmint/idmint/wire"
 )
 
 // A login session is what the login cookie (MonitorCookie) holds once
@@ -61,7 +63,7 @@ const (
 // errSessionRefused is the 401 of a login cookie that is not a live
 // session of a monitor token. The dashboard page sends the browser to the
 // form on it.
-var errSessionRefused = unauthorized("invalid_token", "the login session is invalid, has ended, or its token was revoked: log in again at /id/login")
+var errSessionRefused = core.Unauthorized("invalid_token", "the login session is invalid, has ended, or its token was revoked: log in again at /id/login")
 
 // newSession returns a login session of t that ends at end.
 func newSession(t token.Token, end time.Time) string {
@@ -103,11 +105,11 @@ func parseSession(v string) (id string, end int64, mac []byte, ok bool) {
 // session returns the principal of the first of cookies that is a live
 // session of a monitor-only token, or the 401 (or the 503 of a token store
 // that cannot be read) to answer.
-func (s *Server) session(ctx context.Context, cookies []*http.Cookie) (*principal, *apiError) {
+func (s *Server) session(ctx context.Context, cookies []*http.Cookie) (*core.Principal, error) {
 	now := s.cfg.Now()
 	for _, c := range cookies[:min(len(cookies), maxSessionCookies)] {
 		p, err := s.checkSession(ctx, c.Value, now)
-		if err == nil || err.code == CodeUnavailable {
+		if err == nil || core.Lookup(err).Code == wire.CodeUnavailable {
 			return p, err
 		}
 	}
@@ -115,7 +117,7 @@ func (s *Server) session(ctx context.Context, cookies []*http.Cookie) (*principa
 }
 
 // checkSession returns the principal of the session v at now, or why not.
-func (s *Server) checkSession(ctx context.Context, v string, now time.Time) (*principal, *apiError) {
+func (s *Server) checkSession(ctx context.Context, v string, now time.Time) (*core.Principal, error) {
 	id, end, mac, ok := parseSession(v)
 	if !ok {
 		return nil, errSessionRefused
@@ -125,12 +127,12 @@ func (s *Server) checkSession(ctx context.Context, v string, now time.Time) (*pr
 	if left := time.Unix(end, 0).Sub(now); left <= 0 || left > s.cfg.Auth.LoginSession+sessionSkew {
 		return nil, errSessionRefused
 	}
-	p, err := s.auth.lookup(ctx, id)
+	p, err := s.core.LookupToken(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if !hmac.Equal(mac, sessionMAC(p.token, end)) || !p.monitorOnly() {
+	if !hmac.Equal(mac, sessionMAC(p.Token(), end)) || !p.MonitorOnly() {
 		return nil, errSessionRefused
 	}
-	return p, nil
+	return &p, nil
 }

@@ -1,38 +1,17 @@
 package httpapi
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strconv"
-	"time"
 
-	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/idmint/idmint/internal/redact"
-	"github.com/idmint/idmint/snowflake"
+	"github.com/idmint/idmint/core"
 )
 
-// Snowflake is what the API needs from a snowflake.Node.
-type Snowflake interface {
-	Next(ctx context.Context) (int64, error)
-	NextN(ctx context.Context, n int) ([]int64, error)
-	Layout() snowflake.Layout
-	Stats() snowflake.Stats
-}
-
-var _ Snowflake = (*snowflake.Node)(nil)
-
-// mountSnowflake adds the Snowflake routes.
-func (s *Server) mountSnowflake(r chi.Router) {
-	// IDs: behind the access control of the ID routes (a token with any ID
-	// scope in the token mode; /snowflakes charged by its count).
-	r.Method(http.MethodGet, "/snowflake", s.IDAccess(http.HandlerFunc(s.handleSnowflake)))
-	r.Method(http.MethodGet, "/snowflakes", s.IDAccess(http.HandlerFunc(s.handleSnowflakes)))
-	r.Get("/snowflake/parse", s.handleSnowflakeParse)
-	s.cfg.Metrics.reg.MustRegister(newSnowflakeCollector(s.cfg.Snowflake))
-}
+// The Snowflake routes (core: NextSnowflake, NextSnowflakes,
+// ParseSnowflake).
 
 type snowflakeResponse struct {
 	ID int64 `json:"id,string"`
@@ -43,7 +22,7 @@ type snowflakesResponse struct {
 }
 
 func (s *Server) handleSnowflake(w http.ResponseWriter, r *http.Request) {
-	id, err := s.cfg.Snowflake.Next(r.Context())
+	id, err := s.core.NextSnowflake(r.Context(), callerOf(r))
 	if err != nil {
 		s.WriteError(w, r, err)
 		return
@@ -58,12 +37,8 @@ func (s *Server) handleSnowflake(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleSnowflakes(w http.ResponseWriter, r *http.Request) {
-	n, err := countParam(r.URL.RawQuery, s.cfg.MaxCount)
-	if err != nil {
-		s.WriteError(w, r, err)
-		return
-	}
-	ids, err := s.cfg.Snowflake.NextN(r.Context(), n)
+	n, bad := countParam(r.URL.RawQuery, s.core.MaxCount())
+	ids, err := s.core.NextSnowflakes(r.Context(), callerOf(r), n, bad)
 	if err != nil {
 		s.WriteError(w, r, err)
 		return
@@ -75,114 +50,18 @@ func (s *Server) handleSnowflakes(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, resp)
 }
 
-// ParsedSnowflake is the reply of /snowflake/parse (and of `idmint snowflake
-// parse`).
-type ParsedSnowflake struct {
-	ID       int64     `json:"id,string"`
-	Time     time.Time `json:"time"`
-	UnixMS   int64     `json:"unix_ms"`
-	WorkerID int64     `json:"worker_id"`
-	Sequence int64     `json:"sequence"`
-	Layout   string    `json:"layout"`
-	Epoch    time.Time `json:"epoch"`
-}
-
-// ParseSnowflake decodes the decimal ID s in layout l.
-func ParseSnowflake(l snowflake.Layout, s string) (ParsedSnowflake, error) {
-	p, err := l.ParseString(s)
-	if err != nil {
-		return ParsedSnowflake{}, err
-	}
-	return ParsedSnowflake{ID: p.ID, Time: p.Time, UnixMS: p.UnixMilli, WorkerID: p.Worker, Sequence: p.Sequence,
-		Layout: l.Bits(), Epoch: l.Epoch.UTC()}, nil
-}
-
 func (s *Server) handleSnowflakeParse(w http.ResponseWriter, r *http.Request) {
 	vals := r.URL.Query()["id"]
 	if len(vals) != 1 {
-		s.WriteError(w, r, requestError(CodeInvalidID, "id is required once, e.g. /snowflake/parse?id=123456789"))
+		s.WriteError(w, r, core.ErrSnowflakeID)
 		return
 	}
-	p, err := ParseSnowflake(s.cfg.Snowflake.Layout(), vals[0])
+	p, err := s.core.ParseSnowflake(r.Context(), callerOf(r), vals[0])
 	if err != nil {
 		s.WriteError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, p)
-}
-
-// SnowflakeHealth is the snowflake part of /id/health.
-type SnowflakeHealth struct {
-	Serving bool `json:"serving"`
-	// State is "serving", or the error code a request would get now.
-	State  string `json:"state"`
-	Layout string `json:"layout"`
-	Holder string `json:"holder"`
-	// WorkerID is null while no worker ID is held.
-	WorkerID         *int64     `json:"worker_id"`
-	Epoch            int64      `json:"epoch"`
-	LeaseRemainingMS float64    `json:"lease_remaining_ms"`
-	WindowEnd        *time.Time `json:"window_end"`
-	// WindowRemainingMS is how long Snowflake IDs can still be issued
-	// without a renewal (0 when no window is held): during a database
-	// outage, the time left before requests get snowflake_lease_expired.
-	WindowRemainingMS float64  `json:"window_remaining_ms"`
-	ClockOffsetMS     float64  `json:"clock_offset_ms"`
-	Issued            int64    `json:"ids_issued"`
-	SequenceWaits     int64    `json:"sequence_waits"`
-	ClockWaits        int64    `json:"clock_waits"`
-	Refused           int64    `json:"refused"`
-	RefusedBy         Refusals `json:"refused_by"`
-	Acquisitions      int64    `json:"acquisitions"`
-	Renewals          int64    `json:"renewals"`
-	RenewFailures     int64    `json:"renew_failures"`
-	LeasesLost        int64    `json:"leases_lost"`
-	LastError         string   `json:"last_error,omitempty"`
-}
-
-// Refusals counts refused snowflake requests by reason.
-type Refusals struct {
-	NoWorker      int64 `json:"no_worker"`
-	LeaseExpired  int64 `json:"lease_expired"`
-	ClockSkew     int64 `json:"clock_skew"`
-	ClockBackward int64 `json:"clock_backwards"`
-	TimeExhausted int64 `json:"time_exhausted"`
-}
-
-func snowflakeHealth(st snowflake.Stats) SnowflakeHealth {
-	h := SnowflakeHealth{
-		Serving:           st.Serving == nil,
-		State:             "serving",
-		Layout:            st.Layout.String(),
-		Holder:            st.Holder,
-		Epoch:             st.Epoch,
-		LeaseRemainingMS:  ms(st.LeaseRemaining),
-		WindowRemainingMS: ms(st.WindowRemaining),
-		ClockOffsetMS:     ms(st.ClockOffset),
-		Issued:            st.Issued,
-		SequenceWaits:     st.SequenceWaits,
-		ClockWaits:        st.ClockWaits,
-		Refused:           st.Refused(),
-		RefusedBy: Refusals{NoWorker: st.RefusedNoWorker, LeaseExpired: st.RefusedExpired, ClockSkew: st.RefusedSkew,
-			ClockBackward: st.RefusedBackwards, TimeExhausted: st.RefusedExhausted},
-		Acquisitions:  st.Acquisitions,
-		Renewals:      st.Renewals,
-		RenewFailures: st.RenewFailures,
-		LeasesLost:    st.Losses,
-	}
-	if st.Serving != nil {
-		h.State = lookup(st.Serving).code
-	}
-	if st.Worker >= 0 {
-		w := st.Worker
-		h.WorkerID = &w
-		end := time.UnixMilli(st.Window.End).UTC()
-		h.WindowEnd = &end
-	}
-	if st.LastError != nil {
-		h.LastError = redact.Error(st.LastError)
-	}
-	return h
 }
 
 // snowflakeCollector turns the node's Stats into metrics when scraped.

@@ -15,6 +15,7 @@ import (
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/lease"
 	"github.com/idmint/idmint/snowflake"
+	"github.com/idmint/idmint/wire"
 )
 
 // twoWorkers is a layout with worker IDs 0 and 1.
@@ -85,7 +86,7 @@ func TestServer_Snowflake(t *testing.T) {
 	}
 
 	status, _, body = get(t, srv, "/snowflake/parse?id="+one.ID)
-	var parsed httpapi.ParsedSnowflake
+	var parsed wire.ParsedSnowflake
 	if status != http.StatusOK || json.Unmarshal(body, &parsed) != nil {
 		t.Fatalf("/snowflake/parse: %d %s", status, body)
 	}
@@ -95,15 +96,15 @@ func TestServer_Snowflake(t *testing.T) {
 	}
 
 	for _, c := range []struct{ path, code string }{
-		{"/snowflakes", httpapi.CodeInvalidCount},
-		{"/snowflakes?count=0", httpapi.CodeInvalidCount},
-		{"/snowflakes?count=101", httpapi.CodeInvalidCount},
-		{"/snowflake/parse", httpapi.CodeInvalidID},
-		{"/snowflake/parse?id=1&id=2", httpapi.CodeInvalidID},
-		{"/snowflake/parse?id=abc", httpapi.CodeInvalidID},
-		{"/snowflake/parse?id=-4", httpapi.CodeInvalidID},
-		{"/snowflake/parse?id=99999999999999999999", httpapi.CodeInvalidID},
-		{"/snowflake/parse?id=9223372036854775807", httpapi.CodeInvalidID}, // after year 9999 in 50/1/12
+		{"/snowflakes", wire.CodeInvalidCount},
+		{"/snowflakes?count=0", wire.CodeInvalidCount},
+		{"/snowflakes?count=101", wire.CodeInvalidCount},
+		{"/snowflake/parse", wire.CodeInvalidID},
+		{"/snowflake/parse?id=1&id=2", wire.CodeInvalidID},
+		{"/snowflake/parse?id=abc", wire.CodeInvalidID},
+		{"/snowflake/parse?id=-4", wire.CodeInvalidID},
+		{"/snowflake/parse?id=99999999999999999999", wire.CodeInvalidID},
+		{"/snowflake/parse?id=9223372036854775807", wire.CodeInvalidID}, // after year 9999 in 50/1/12
 	} {
 		status, _, body := get(t, srv, c.path)
 		if status != http.StatusBadRequest || errorCode(t, body) != c.code {
@@ -141,7 +142,7 @@ func TestServer_SnowflakeNoWorker(t *testing.T) {
 	srv := newSnowflakeServer(t, startNode(t, store, "c"))
 	for _, path := range []string{"/snowflake", "/snowflakes?count=3"} {
 		status, header, body := get(t, srv, path)
-		if status != http.StatusServiceUnavailable || errorCode(t, body) != httpapi.CodeSnowflakeNoWorker || header.Get("Retry-After") == "" {
+		if status != http.StatusServiceUnavailable || errorCode(t, body) != wire.CodeSnowflakeNoWorker || header.Get("Retry-After") == "" {
 			t.Fatalf("%s with every worker id held: %d %v %s", path, status, header, body)
 		}
 	}
@@ -151,7 +152,7 @@ func TestServer_SnowflakeNoWorker(t *testing.T) {
 	status, _, body := get(t, srv, "/id/health")
 	var h httpapi.Health
 	if status != http.StatusOK || json.Unmarshal(body, &h) != nil || h.Status != httpapi.StatusDegraded || h.Snowflake == nil ||
-		h.Snowflake.Serving || h.Snowflake.State != httpapi.CodeSnowflakeNoWorker || h.Snowflake.WorkerID != nil || h.Snowflake.RefusedBy.NoWorker != 2 {
+		h.Snowflake.Serving || h.Snowflake.State != wire.CodeSnowflakeNoWorker || h.Snowflake.WorkerID != nil || h.Snowflake.RefusedBy.NoWorker != 2 {
 		t.Fatalf("/id/health: %d %s", status, body)
 	}
 	_, _, body = get(t, srv, "/metrics")

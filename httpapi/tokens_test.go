@@ -18,6 +18,7 @@ import (
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/testlog"
 	"github.com/idmint/idmint/token"
+	"github.com/idmint/idmint/wire"
 )
 
 // strictJSON decodes body into v, refusing fields v does not have: a reply
@@ -32,13 +33,13 @@ func strictJSON(tb testing.TB, body []byte, v any) {
 }
 
 // listTokens is GET /v1/tokens, decoded strictly.
-func listTokens(t *testing.T, p *tokenInstance, bearer string) ([]httpapi.TokenJSON, []byte) {
+func listTokens(t *testing.T, p *tokenInstance, bearer string) ([]wire.Token, []byte) {
 	t.Helper()
 	s, _, body := do(t, p.srv, "GET", "/v1/tokens", bearer, nil)
 	if s != 200 {
 		t.Fatalf("list tokens: %d %s", s, body)
 	}
-	var list struct{ Tokens []httpapi.TokenJSON }
+	var list struct{ Tokens []wire.Token }
 	strictJSON(t, body, &list)
 	return list.Tokens, body
 }
@@ -72,7 +73,7 @@ func TestAdmin_Tokens(t *testing.T) {
 			if s != 201 {
 				t.Fatalf("create: %d %s", s, body)
 			}
-			var created httpapi.CreatedToken
+			var created wire.CreatedToken
 			strictJSON(t, body, &created)
 			id, secret, ok := token.Parse(created.Secret)
 			if !ok || id != created.Token.ID || created.Token.Name != "billing" || strings.Join(created.Token.Scopes, ",") != "ids:order" ||
@@ -98,7 +99,7 @@ func TestAdmin_Tokens(t *testing.T) {
 					t.Fatalf("the list shows the secret or its hash %q: %s", leak, listBody)
 				}
 			}
-			byID := map[string]httpapi.TokenJSON{}
+			byID := map[string]wire.Token{}
 			for _, tj := range list {
 				byID[tj.ID] = tj
 			}
@@ -112,15 +113,15 @@ func TestAdmin_Tokens(t *testing.T) {
 				body any
 				code string
 			}{
-				{"no name", map[string]any{"scopes": []string{"ids"}}, httpapi.CodeInvalidSpec},
-				{"long name", map[string]any{"name": strings.Repeat("n", 101), "scopes": []string{"ids"}}, httpapi.CodeInvalidSpec},
-				{"no scope", map[string]any{"name": "x", "scopes": []string{}}, httpapi.CodeInvalidSpec},
-				{"bad scope", map[string]any{"name": "x", "scopes": []string{"root"}}, httpapi.CodeInvalidSpec},
-				{"bad tag scope", map[string]any{"name": "x", "scopes": []string{"ids:no way"}}, httpapi.CodeInvalidSpec},
-				{"negative rate", map[string]any{"name": "x", "scopes": []string{"ids"}, "ids_per_second": -1}, httpapi.CodeInvalidSpec},
-				{"huge rate", map[string]any{"name": "x", "scopes": []string{"ids"}, "ids_per_second": 2e12}, httpapi.CodeInvalidSpec},
-				{"unknown field", map[string]any{"name": "x", "scopes": []string{"ids"}, "hash": "00"}, httpapi.CodeInvalidJSON},
-				{"not json", "admin please", httpapi.CodeInvalidJSON},
+				{"no name", map[string]any{"scopes": []string{"ids"}}, wire.CodeInvalidSpec},
+				{"long name", map[string]any{"name": strings.Repeat("n", 101), "scopes": []string{"ids"}}, wire.CodeInvalidSpec},
+				{"no scope", map[string]any{"name": "x", "scopes": []string{}}, wire.CodeInvalidSpec},
+				{"bad scope", map[string]any{"name": "x", "scopes": []string{"root"}}, wire.CodeInvalidSpec},
+				{"bad tag scope", map[string]any{"name": "x", "scopes": []string{"ids:no way"}}, wire.CodeInvalidSpec},
+				{"negative rate", map[string]any{"name": "x", "scopes": []string{"ids"}, "ids_per_second": -1}, wire.CodeInvalidSpec},
+				{"huge rate", map[string]any{"name": "x", "scopes": []string{"ids"}, "ids_per_second": 2e12}, wire.CodeInvalidSpec},
+				{"unknown field", map[string]any{"name": "x", "scopes": []string{"ids"}, "hash": "00"}, wire.CodeInvalidJSON},
+				{"not json", "admin please", wire.CodeInvalidJSON},
 			} {
 				if s, _, body := do(t, p.srv, "POST", "/v1/tokens", admin, bad.body); s != 400 || errorCode(t, body) != bad.code {
 					t.Errorf("%s: %d %s, want 400 %s", bad.name, s, body, bad.code)
@@ -131,7 +132,7 @@ func TestAdmin_Tokens(t *testing.T) {
 			}
 
 			s, _, body = do(t, p.srv, "DELETE", "/v1/tokens/"+id, admin, nil)
-			var revoked httpapi.TokenJSON
+			var revoked wire.Token
 			strictJSON(t, body, &revoked)
 			if s != 200 || revoked.ID != id || revoked.RevokedAt == nil {
 				t.Fatalf("revoke: %d %s", s, body)
@@ -140,12 +141,12 @@ func TestAdmin_Tokens(t *testing.T) {
 				t.Fatalf("revoked token at once: %d %s, want 401", s, body)
 			}
 			s, _, body = do(t, p.srv, "DELETE", "/v1/tokens/"+id, admin, nil)
-			var again httpapi.TokenJSON
+			var again wire.Token
 			strictJSON(t, body, &again)
 			if s != 200 || again.RevokedAt == nil || !again.RevokedAt.Equal(*revoked.RevokedAt) {
 				t.Fatalf("revoke again: %d %s, want 200 with the first revocation time", s, body)
 			}
-			if s, _, body := do(t, p.srv, "DELETE", "/v1/tokens/aaaaaaaaaaaaaaaa", admin, nil); s != 404 || errorCode(t, body) != httpapi.CodeUnknownToken {
+			if s, _, body := do(t, p.srv, "DELETE", "/v1/tokens/aaaaaaaaaaaaaaaa", admin, nil); s != 404 || errorCode(t, body) != wire.CodeUnknownToken {
 				t.Fatalf("revoke unknown: %d %s", s, body)
 			}
 			// A whole token where its ID belongs is revoked, never quoted.
@@ -185,9 +186,9 @@ func TestAdmin_TokenScopes(t *testing.T) {
 			_, ids := newToken(t, store, "app", "ids", "ids:order", "ids:o*")
 			create := map[string]any{"name": "mine", "scopes": []string{"admin"}}
 			for _, bearer := range []struct{ name, token string }{{"monitor", monitor}, {"ids", ids}, {"none", ""}} {
-				want, code := 403, httpapi.CodeForbidden
+				want, code := 403, wire.CodeForbidden
 				if bearer.token == "" {
-					want, code = 401, httpapi.CodeUnauthorized
+					want, code = 401, wire.CodeUnauthorized
 				}
 				for _, r := range []struct {
 					method, path string

@@ -13,6 +13,7 @@ import (
 	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/wire"
 )
 
 // TestServer_IDsTopOfInt64: /ids on a tag whose last segment ends at
@@ -61,8 +62,8 @@ func TestServer_IDsTopOfInt64(t *testing.T) {
 			}
 			for _, p := range []string{path + "3", "/id?biz_tag=top-" + format} {
 				status, _, body := get(t, srv, p)
-				if status != 503 || errorCode(t, body) != httpapi.CodeExhausted {
-					t.Fatalf("%s past 2^63-1: status %d: %s, want 503 %s", p, status, body, httpapi.CodeExhausted)
+				if status != 503 || errorCode(t, body) != wire.CodeExhausted {
+					t.Fatalf("%s past 2^63-1: status %d: %s, want 503 %s", p, status, body, wire.CodeExhausted)
 				}
 			}
 		})

@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idmint/idmint/snowflake"
+
+	_ "github.com/idmint/idmint/internal/redact/pgsecrets" // redacts connect errors
 )
 
 var _ snowflake.LeaseStore = (*Postgres)(nil)

@@ -16,9 +16,11 @@ import (
 	idmintv1 "github.com/idmint/idmint/rpcapi/gen/idmint/v1"
 )
 
-// BenchmarkGateway_NextID is what running GET /id in-process adds to a
-// call, beside BenchmarkGateway_GetID, the route alone: the price of the
-// procedures' sharing the routes' access control and limits.
+// BenchmarkGateway_NextID is a procedure's call of the core (NextID),
+// beside BenchmarkGateway_GetID, the HTTP route's (GET /id through the
+// router): the two adapters of one operation, with the same access control
+// and limits. Nothing runs through HTTP in process any more; the name
+// stays, so that figures of before and after compare.
 func BenchmarkGateway_NextID(b *testing.B) {
 	svc, _ := benchServer(b)
 	h := ids{svc}

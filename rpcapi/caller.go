@@ -1,13 +1,24 @@
 package rpcapi
 
-import "net/http"
+import (
+	"connectrpc.com/connect"
 
-// newCaller is the caller of a call that came with these Authorization
-// values (gRPC metadata "authorization") from the address addr (host:port).
+	"github.com/idmint/idmint/core"
+)
+
+// caller is who makes a call: its authorization metadata and its peer's
+// address, nothing else of its metadata (a login cookie, headers a proxy
+// would set are not the caller's credentials).
+type caller = core.Caller
+
+// newCaller returns the caller of the values of the call's authorization
+// metadata and its peer's address (host:port): the one way both the
+// connect-go handlers and the grpc-go listener make one.
 func newCaller(authorization []string, addr string) caller {
-	c := caller{addr: addr}
-	if len(authorization) > 0 {
-		c.header = http.Header{"Authorization": authorization}
-	}
-	return c
+	return core.NewCaller(authorization, addr)
+}
+
+// callerOf is the caller of a connect-go call.
+func callerOf(req connect.AnyRequest) caller {
+	return newCaller(req.Header().Values("Authorization"), req.Peer().Addr)
 }

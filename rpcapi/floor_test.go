@@ -67,7 +67,7 @@ func TestService_ClaimedFloorCharged(t *testing.T) {
 		var got int64
 		if i%2 == 0 {
 			got, err = overRPC()
-			if err != nil && (connect.CodeOf(err) != connect.CodeResourceExhausted || reason(err) != httpapi.CodeRateLimited || retryDelay(err) < time.Second) {
+			if err != nil && (connect.CodeOf(err) != connect.CodeResourceExhausted || reason(err) != wire.CodeRateLimited || retryDelay(err) < time.Second) {
 				t.Fatalf("a floor over Connect with the budget spent: %v, want ResourceExhausted rate_limited with a retry delay", err)
 			}
 		} else {

@@ -2,17 +2,22 @@ package rpcapi
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/go-chi/chi/v5"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -26,7 +31,7 @@ import (
 	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/protoadapt"
 
-	"github.com/idmint/idmint/httpapi"
+	"github.com/idmint/idmint/core"
 	idmintv1 "github.com/idmint/idmint/rpcapi/gen/idmint/v1"
 )
 
@@ -40,8 +45,18 @@ type GRPCConfig struct {
 	// MaxConcurrentStreams bounds the calls in flight on one connection
 	// (0: DefaultMaxConcurrentStreams).
 	MaxConcurrentStreams uint32
-	// Logger logs a procedure's panic; nil is slog.Default().
+	// Logger logs a procedure's panic, and each call with AccessLog; nil
+	// is slog.Default().
 	Logger *slog.Logger
+	// AccessLog logs one line per call, as serve's --access-log does per
+	// HTTP request.
+	AccessLog bool
+	// MaxHeaderBytes, ReadHeaderTimeout and IdleTimeout are the HTTP
+	// port's bounds on a request's headers, the time to send them and an
+	// idle connection, which the listener follows (0: grpc-go's default).
+	MaxHeaderBytes    int
+	ReadHeaderTimeout time.Duration
+	IdleTimeout       time.Duration
 }
 
 // DefaultMaxConcurrentStreams is net/http's HTTP/2 default, so that a
@@ -64,7 +79,7 @@ const (
 )
 
 // NewGRPCServer returns a grpc-go server of the procedures s serves on its
-// HTTP port (Mount must have run: httpapi.NewServer with s as its RPC),
+// HTTP port (Mount must have run: it gives s its core),
 // grpc.health.v1 (Check from /id/health, as on the HTTP port) and
 // reflection. A call has what it has on the HTTP port: the same typed
 // procedures, tokens, scopes, limits, request IDs (ErrorInfo's
@@ -74,8 +89,8 @@ const (
 // from its metadata is refused in the tap, before its message is read;
 // a message (inflated, when gzipped) is bounded by maxMessageBytes.
 func NewGRPCServer(s *Service, cfg GRPCConfig) *grpc.Server {
-	if s.srv == nil {
-		panic("rpcapi: NewGRPCServer of a Service no httpapi.Server mounted")
+	if s.core == nil {
+		panic("rpcapi: NewGRPCServer of a Service not mounted")
 	}
 	if cfg.MaxConcurrentStreams == 0 {
 		cfg.MaxConcurrentStreams = DefaultMaxConcurrentStreams
@@ -83,15 +98,14 @@ func NewGRPCServer(s *Service, cfg GRPCConfig) *grpc.Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	g := &grpcServer{s: s, logger: cfg.Logger, unary: map[string]bool{}}
-	lim := s.srv.EffectiveLimits()
+	g := &grpcServer{s: s, logger: cfg.Logger, accessLog: cfg.AccessLog, unary: map[string]bool{}, prefix: requestPrefix()}
 	opts := []grpc.ServerOption{
 		grpc.InTapHandle(g.tap),
 		grpc.MaxRecvMsgSize(maxMessageBytes),
 		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: minPingInterval, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
-			MaxConnectionIdle:     lim.IdleTimeout,
+			MaxConnectionIdle:     cfg.IdleTimeout,
 			MaxConnectionAge:      maxConnectionAge,
 			MaxConnectionAgeGrace: maxConnectionAgeGrace,
 			Time:                  pingAfter,
@@ -100,11 +114,11 @@ func NewGRPCServer(s *Service, cfg GRPCConfig) *grpc.Server {
 	}
 	// The HTTP port's bounds on headers and on the time to send them (a
 	// zero one is grpc-go's default, not none: 0 would refuse everything).
-	if lim.MaxHeaderBytes > 0 {
-		opts = append(opts, grpc.MaxHeaderListSize(uint32(lim.MaxHeaderBytes)))
+	if cfg.MaxHeaderBytes > 0 {
+		opts = append(opts, grpc.MaxHeaderListSize(uint32(cfg.MaxHeaderBytes)))
 	}
-	if lim.ReadHeaderTimeout > 0 {
-		opts = append(opts, grpc.ConnectionTimeout(lim.ReadHeaderTimeout))
+	if cfg.ReadHeaderTimeout > 0 {
+		opts = append(opts, grpc.ConnectionTimeout(cfg.ReadHeaderTimeout))
 	}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
@@ -127,30 +141,26 @@ func NewGRPCServer(s *Service, cfg GRPCConfig) *grpc.Server {
 		}
 	}
 	hd := g.wrap(&healthpb.Health_ServiceDesc, func(string) bool { return true })
-	gs.RegisterService(hd, grpcHealth{h: &health{gw: &s.gw, services: served}})
+	gs.RegisterService(hd, grpcHealth{h: &health{core: s.core, services: served}})
 	reflection.Register(gs)
 	return gs
 }
 
-// served says whether the HTTP server serves procedure's route, as Mount
-// decides which procedures to mount.
+// served says whether the HTTP port serves procedure, as Mount decides.
 func (s *Service) served(procedure string) bool {
-	for _, op := range operations {
-		if op.procedure != procedure {
-			continue
-		}
-		path := strings.ReplaceAll(strings.ReplaceAll(op.path, "{biz_tag}", "t"), "{name}", "n")
-		return s.gw.router.(chi.Routes).Match(chi.NewRouteContext(), op.method, path)
-	}
-	return false
+	op := byProcedure[procedure]
+	return op != nil && op.served(s.core)
 }
 
 // grpcServer is NewGRPCServer's state: the service, and the unary
 // procedures it wraps (call).
 type grpcServer struct {
-	s      *Service
-	logger *slog.Logger
-	unary  map[string]bool // full method names; written only by NewGRPCServer
+	s         *Service
+	logger    *slog.Logger
+	accessLog bool
+	unary     map[string]bool // full method names; written only by NewGRPCServer
+	prefix    string          // of the request IDs made here
+	seq       atomic.Uint64
 }
 
 // wrap returns desc with only the methods keep keeps, each run by call;
@@ -174,29 +184,72 @@ func (g *grpcServer) wrap(desc *grpc.ServiceDesc, keep func(procedure string) bo
 	return &d
 }
 
-// grpcCall is one unary call: its caller and its httpapi.Call (request ID,
-// bounded wait, metrics), made in the tap.
+// grpcCall is one unary call, made in the tap: its caller, its context
+// (the request ID and the core's bounded wait) and when it began.
 type grpcCall struct {
-	c    caller
-	call *httpapi.Call
+	c      caller
+	addr   string
+	id     string
+	start  time.Time
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 type grpcCallKey struct{}
 
-// begin makes the call of procedure from ctx (the stream's: its peer) and
-// md; its context carries it.
+// begin makes the call from ctx (the stream's: its peer) and md. Its
+// request ID is the caller's x-request-id when it sent a usable one, as
+// X-Request-Id on HTTP, else this listener's next.
 func (g *grpcServer) begin(ctx context.Context, md metadata.MD) *grpcCall {
-	var addr string
+	rc := &grpcCall{start: time.Now()}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		addr = p.Addr.String()
+		rc.addr = p.Addr.String()
 	}
-	rc := &grpcCall{c: newCaller(md["authorization"], addr)}
-	var id string
-	if v := md[requestIDKey]; len(v) > 0 {
-		id = v[0]
+	rc.c = newCaller(md["authorization"], rc.addr)
+	if v := md[requestIDKey]; len(v) > 0 && usableRequestID(v[0]) {
+		rc.id = v[0]
+	} else {
+		rc.id = g.prefix + "-" + strconv.FormatUint(g.seq.Add(1), 10)
 	}
-	rc.call = g.s.srv.NewCall(context.WithValue(ctx, grpcCallKey{}, rc), id, addr)
+	ctx = core.WithRequestID(context.WithValue(ctx, grpcCallKey{}, rc), rc.id)
+	rc.ctx, rc.cancel = context.WithTimeout(ctx, g.s.core.RequestTimeout())
 	return rc
+}
+
+// end records the call as a request of route answered with status (the
+// HTTP status its outcome has on the HTTP port), logs it with AccessLog,
+// and releases its timer.
+func (g *grpcServer) end(rc *grpcCall, route string, status int) {
+	rc.cancel()
+	elapsed := time.Since(rc.start)
+	g.s.core.Observe(route, status, elapsed)
+	if g.accessLog {
+		g.logger.Info("grpc", "procedure", route, "status", status, "duration", elapsed,
+			"remote", rc.addr, "request_id", rc.id)
+	}
+}
+
+// usableRequestID bounds a caller's request ID to what a log line and an
+// error detail can carry: 1 to 64 printable ASCII characters.
+func usableRequestID(id string) bool {
+	if id == "" || len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] <= ' ' || id[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// requestPrefix is "host/random": request IDs unique across instances and
+// restarts.
+func requestPrefix() string {
+	host, _ := os.Hostname()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return strings.TrimSpace(host) + "/" + hex.EncodeToString(b[:]) + "-grpc"
 }
 
 // requestIDKey is the metadata a caller may name its call's request ID by,
@@ -214,13 +267,12 @@ func (g *grpcServer) tap(ctx context.Context, info *tap.Info) (context.Context, 
 		return ctx, nil
 	}
 	rc := g.begin(ctx, info.Header)
-	cctx := rc.call.Context()
-	if err := g.s.precheck(cctx, info.FullMethodName, rc.c); err != nil {
-		ce := connectError(cctx, err)
-		rc.call.End(info.FullMethodName, httpStatusOf(ce.Code()))
+	if err := g.s.precheck(rc.ctx, info.FullMethodName, rc.c); err != nil {
+		ce := connectError(rc.ctx, err)
+		g.end(rc, info.FullMethodName, httpStatusOf(ce.Code()))
 		return nil, grpcStatus(ce).Err()
 	}
-	return cctx, nil
+	return rc.ctx, nil
 }
 
 // call runs a unary procedure's generated handler h (decode, then the
@@ -237,12 +289,12 @@ func (g *grpcServer) call(procedure string, h grpc.MethodHandler) grpc.MethodHan
 		defer func() {
 			if v := recover(); v != nil {
 				g.logger.Error("panic serving call", "procedure", procedure, "panic", fmt.Sprint(v),
-					"request_id", rc.call.RequestID(), "stack", string(debug.Stack()))
+					"request_id", rc.id, "stack", string(debug.Stack()))
 				reply, err, code = nil, status.Error(codes.Internal, errInternal.Error()), codes.Internal
 			}
-			rc.call.End(procedure, httpStatusOf(connect.Code(code)))
+			g.end(rc, procedure, httpStatusOf(connect.Code(code)))
 		}()
-		reply, err = h(srv, rc.call.Context(), dec, nil)
+		reply, err = h(srv, rc.ctx, dec, nil)
 		if err == nil {
 			return reply, nil
 		}
@@ -251,7 +303,7 @@ func (g *grpcServer) call(procedure string, h grpc.MethodHandler) grpc.MethodHan
 			code = st.Code()
 			return nil, err
 		}
-		ce := connectError(rc.call.Context(), err)
+		ce := connectError(rc.ctx, err)
 		code = codes.Code(ce.Code())
 		if v := ce.Meta().Get("Retry-After"); v != "" {
 			_ = grpc.SetTrailer(ctx, metadata.Pairs("retry-after", v))
@@ -259,6 +311,9 @@ func (g *grpcServer) call(procedure string, h grpc.MethodHandler) grpc.MethodHan
 		return nil, grpcStatus(ce).Err()
 	}
 }
+
+// errInternal is what a caller is told of a bug: nothing of it.
+var errInternal = errors.New("internal error")
 
 // grpcStatus is e as a gRPC status: the same code and message, and its
 // details (google.rpc.ErrorInfo, RetryInfo), so that a grpc-go client

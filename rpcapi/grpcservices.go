@@ -2,7 +2,6 @@ package rpcapi
 
 import (
 	"context"
-	"net/http"
 
 	"connectrpc.com/grpchealth"
 	"google.golang.org/grpc/codes"
@@ -130,11 +129,10 @@ var _ healthpb.HealthServer = grpcHealth{}
 
 // Check implements healthpb.HealthServer.
 func (g grpcHealth) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
-	c := callerOfContext(ctx)
-	// health reads its caller from the HTTP request of the call
-	// (withOuterRequest); this call has its metadata and peer instead.
-	ctx = context.WithValue(ctx, outerKey{}, &http.Request{Header: c.header, RemoteAddr: c.addr})
-	res, err := g.h.Check(ctx, &grpchealth.CheckRequest{Service: req.GetService()})
+	if s := req.GetService(); s != "" && !g.h.services[s] {
+		return nil, status.Error(codes.NotFound, errUnknownService.Error())
+	}
+	res, err := g.h.check(ctx, callerOfContext(ctx), req.GetService())
 	if err != nil {
 		return nil, err
 	}

@@ -2,32 +2,44 @@ package rpcapi
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"net/http"
+	"strings"
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
 
+	"github.com/idmint/idmint/core"
 	"github.com/idmint/idmint/rpcapi/gen/idmint/v1/idmintv1connect"
 )
 
-// health answers grpc.health.v1.Health from /id/health, run as the caller
-// (a token with the monitor scope when monitoring is protected): the
-// overall status for "" and every idmint service served, the Snowflake
-// part's for the Snowflake service.
+// health answers grpc.health.v1.Health from the core's health, for a
+// caller that monitoring's access control admits (a token with the monitor
+// scope when monitoring is protected): the overall status for "" and
+// every idmint service served, the Snowflake part's for the Snowflake
+// service.
 type health struct {
-	gw       *gateway
+	core     *core.Core
 	services map[string]bool
 }
 
-// outerKey carries the health call's HTTP request: grpchealth's Checker
-// sees only a context, and the route needs the caller's headers.
-type outerKey struct{}
+// errUnknownService is a health check of a service not served here.
+var errUnknownService = errors.New("rpcapi: no such service here")
 
-func withOuterRequest(next http.Handler) http.Handler {
+// callerKey carries the health call's caller: grpchealth's Checker sees
+// only a context.
+type callerKey struct{}
+
+func withCaller(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), outerKey{}, r)))
+		c := newCaller(r.Header.Values("Authorization"), r.RemoteAddr)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, c)))
 	})
+}
+
+// isHealth reports whether procedure is the health service's.
+func isHealth(procedure string) bool {
+	return strings.HasPrefix(procedure, "/"+grpchealth.HealthV1ServiceName+"/")
 }
 
 // Check implements grpchealth.Checker.
@@ -35,29 +47,22 @@ func (h *health) Check(ctx context.Context, req *grpchealth.CheckRequest) (*grpc
 	if req.Service != "" && !h.services[req.Service] {
 		return nil, connect.NewError(connect.CodeNotFound, errUnknownService)
 	}
-	var c caller
-	if r, ok := ctx.Value(outerKey{}).(*http.Request); ok {
-		c = caller{header: r.Header, addr: r.RemoteAddr}
+	c, _ := ctx.Value(callerKey{}).(caller)
+	return h.check(ctx, c, req.Service)
+}
+
+// check is the status of service for caller c.
+func (h *health) check(ctx context.Context, c caller, service string) (*grpchealth.CheckResponse, error) {
+	if _, err := h.core.Authorize(ctx, c, core.AccessMonitoring); err != nil {
+		return nil, err
 	}
-	rep, err := h.gw.do(ctx, c, http.MethodGet, "/id/health", nil)
+	doc, err := h.core.Health(ctx, "", false)
 	if err != nil {
 		return nil, err
 	}
-	defer rep.release()
-	if rep.status != http.StatusOK && rep.status != http.StatusServiceUnavailable {
-		return nil, replyError(ctx, rep)
-	}
-	serving := rep.status == http.StatusOK
-	if req.Service == idmintv1connect.SnowflakeServiceName {
-		var doc struct {
-			Snowflake *struct {
-				Serving bool `json:"serving"`
-			} `json:"snowflake"`
-		}
-		if json.Unmarshal(rep.body.Bytes(), &doc) != nil || doc.Snowflake == nil {
-			return nil, connect.NewError(connect.CodeInternal, errBadReply)
-		}
-		serving = doc.Snowflake.Serving
+	serving := doc.Status != core.StatusUnavailable
+	if service == idmintv1connect.SnowflakeServiceName {
+		serving = doc.Snowflake != nil && doc.Snowflake.Serving
 	}
 	if serving {
 		return &grpchealth.CheckResponse{Status: grpchealth.StatusServing}, nil

@@ -1,45 +1,51 @@
 package rpcapi
 
 import (
+	"context"
 	"net/http"
 
-	"github.com/idmint/idmint/httpapi"
+	"github.com/idmint/idmint/core"
 	"github.com/idmint/idmint/rpcapi/gen/idmint/v1/idmintv1connect"
 )
 
-// operation is one procedure and the HTTP route it runs: its method, its
-// path pattern in openapi.yaml, and the access control it sits behind
-// (checked once before the call's message is read, and again by the
-// route).
+// operation is one procedure: its HTTP twin (its method and its path
+// pattern in openapi.yaml), the access control it sits behind (checked
+// once before the call's message is read, and whole by the core
+// operation), and whether the core serves it.
 type operation struct {
 	procedure string
 	method    string
 	path      string
-	access    httpapi.Access
+	access    core.Access
+	served    func(*core.Core) bool
 }
 
-// operations maps every procedure to its HTTP operation. A procedure is
-// served only when the server has its route (the Snowflake procedures with
-// --snowflake, the admin ones with an admin store). The test against
-// openapi.yaml fails when either side has an operation the other lacks.
+func always(*core.Core) bool { return true }
+
+// operations is every procedure, in one table: the routes of the
+// connect-go handlers and of the grpc-go listener. A procedure is served
+// only when the core serves its operation (the Snowflake procedures with
+// --snowflake, the admin ones with an admin store); the others answer
+// Unimplemented. The test against openapi.yaml fails when either side has
+// an operation the other lacks.
 var operations = []operation{
-	{idmintv1connect.IDServiceNextIDProcedure, http.MethodGet, "/id", httpapi.AccessIDs},
-	{idmintv1connect.IDServiceNextIDsProcedure, http.MethodGet, "/ids", httpapi.AccessIDs},
-	{idmintv1connect.SegmentServiceGrantRangeProcedure, http.MethodPost, "/v1/segments", httpapi.AccessIDs},
-	{idmintv1connect.SegmentServiceGiveBackProcedure, http.MethodPost, "/v1/segments/giveback", httpapi.AccessIDs},
-	{idmintv1connect.SnowflakeServiceNextSnowflakeProcedure, http.MethodGet, "/snowflake", httpapi.AccessIDs},
-	{idmintv1connect.SnowflakeServiceNextSnowflakesProcedure, http.MethodGet, "/snowflakes", httpapi.AccessIDs},
-	{idmintv1connect.SnowflakeServiceParseSnowflakeProcedure, http.MethodGet, "/snowflake/parse", httpapi.AccessOpen},
-	{idmintv1connect.AdminServiceListTagsProcedure, http.MethodGet, "/v1/tags", httpapi.AccessAdmin},
-	{idmintv1connect.AdminServiceCreateTagProcedure, http.MethodPost, "/v1/tags", httpapi.AccessAdmin},
-	{idmintv1connect.AdminServiceGetTagProcedure, http.MethodGet, "/v1/tags/{biz_tag}", httpapi.AccessAdmin},
-	{idmintv1connect.AdminServiceUpdateTagProcedure, http.MethodPatch, "/v1/tags/{biz_tag}", httpapi.AccessAdmin},
-	{idmintv1connect.AdminServiceBumpTagProcedure, http.MethodPost, "/v1/tags/{biz_tag}/bump", httpapi.AccessAdmin},
-	{idmintv1connect.AdminServiceListTokensProcedure, http.MethodGet, "/v1/tokens", httpapi.AccessAdmin},
-	{idmintv1connect.AdminServiceCreateTokenProcedure, http.MethodPost, "/v1/tokens", httpapi.AccessAdmin},
-	{idmintv1connect.AdminServiceRevokeTokenProcedure, http.MethodDelete, "/v1/tokens/{id}", httpapi.AccessAdmin},
-	{idmintv1connect.AdminServiceListStandbysProcedure, http.MethodGet, "/v1/standbys", httpapi.AccessAdmin},
-	{idmintv1connect.AdminServiceForgetStandbyProcedure, http.MethodDelete, "/v1/standbys/{name}", httpapi.AccessAdmin},
+	{idmintv1connect.IDServiceNextIDProcedure, http.MethodGet, "/id", core.AccessIDs, always},
+	{idmintv1connect.IDServiceNextIDsProcedure, http.MethodGet, "/ids", core.AccessIDs, always},
+	{idmintv1connect.SegmentServiceGrantRangeProcedure, http.MethodPost, "/v1/segments", core.AccessIDs, always},
+	{idmintv1connect.SegmentServiceGiveBackProcedure, http.MethodPost, "/v1/segments/giveback", core.AccessIDs, always},
+	{idmintv1connect.SnowflakeServiceNextSnowflakeProcedure, http.MethodGet, "/snowflake", core.AccessIDs, (*core.Core).SnowflakeOn},
+	{idmintv1connect.SnowflakeServiceNextSnowflakesProcedure, http.MethodGet, "/snowflakes", core.AccessIDs, (*core.Core).SnowflakeOn},
+	{idmintv1connect.SnowflakeServiceParseSnowflakeProcedure, http.MethodGet, "/snowflake/parse", core.AccessOpen, (*core.Core).SnowflakeOn},
+	{idmintv1connect.AdminServiceListTagsProcedure, http.MethodGet, "/v1/tags", core.AccessAdmin, (*core.Core).AdminOn},
+	{idmintv1connect.AdminServiceCreateTagProcedure, http.MethodPost, "/v1/tags", core.AccessAdmin, (*core.Core).AdminOn},
+	{idmintv1connect.AdminServiceGetTagProcedure, http.MethodGet, "/v1/tags/{biz_tag}", core.AccessAdmin, (*core.Core).AdminOn},
+	{idmintv1connect.AdminServiceUpdateTagProcedure, http.MethodPatch, "/v1/tags/{biz_tag}", core.AccessAdmin, (*core.Core).AdminOn},
+	{idmintv1connect.AdminServiceBumpTagProcedure, http.MethodPost, "/v1/tags/{biz_tag}/bump", core.AccessAdmin, (*core.Core).AdminOn},
+	{idmintv1connect.AdminServiceListTokensProcedure, http.MethodGet, "/v1/tokens", core.AccessAdmin, (*core.Core).TokensOn},
+	{idmintv1connect.AdminServiceCreateTokenProcedure, http.MethodPost, "/v1/tokens", core.AccessAdmin, (*core.Core).TokensOn},
+	{idmintv1connect.AdminServiceRevokeTokenProcedure, http.MethodDelete, "/v1/tokens/{id}", core.AccessAdmin, (*core.Core).TokensOn},
+	{idmintv1connect.AdminServiceListStandbysProcedure, http.MethodGet, "/v1/standbys", core.AccessAdmin, (*core.Core).StandbysOn},
+	{idmintv1connect.AdminServiceForgetStandbyProcedure, http.MethodDelete, "/v1/standbys/{name}", core.AccessAdmin, (*core.Core).StandbysOn},
 }
 
 // notOperations are the HTTP routes that are no procedure: /id/health is
@@ -53,4 +59,31 @@ var notOperations = map[string]string{
 	"GET /id/login":     "the dashboard's login form, for browsers",
 	"POST /id/login":    "the dashboard's login, for browsers",
 	"POST /id/logout":   "the dashboard's logout, for browsers",
+}
+
+// byProcedure indexes operations.
+var byProcedure = func() map[string]*operation {
+	m := make(map[string]*operation, len(operations))
+	for i := range operations {
+		m[operations[i].procedure] = &operations[i]
+	}
+	return m
+}()
+
+// precheck refuses, before its message is read, a caller of procedure
+// that its operation's access control refuses from its credentials alone
+// (core.Core.Precheck): no token where one is needed, or a malformed,
+// unknown or revoked one. The health service is behind monitoring's; an
+// unknown procedure asks nothing (it is answered Unimplemented).
+func (s *Service) precheck(ctx context.Context, procedure string, c caller) error {
+	a := core.AccessOpen
+	if op := byProcedure[procedure]; op != nil {
+		a = op.access
+	} else if isHealth(procedure) {
+		a = core.AccessMonitoring
+	}
+	if a == core.AccessOpen {
+		return nil
+	}
+	return s.core.Precheck(ctx, c, a)
 }

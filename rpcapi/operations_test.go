@@ -1,12 +1,10 @@
 package rpcapi
 
 import (
-	"net/http"
 	"slices"
 	"strings"
 	"testing"
 
-	"connectrpc.com/connect"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
@@ -79,35 +77,5 @@ func TestOperations_MatchOpenAPI(t *testing.T) {
 	}
 	if len(operations) != len(procedures) {
 		t.Errorf("operations has %d rows, the schema %d procedures", len(operations), len(procedures))
-	}
-}
-
-// TestCodeOf: the gRPC code of each kind of HTTP error of httpapi's table.
-func TestCodeOf(t *testing.T) {
-	tests := []struct {
-		name   string
-		status int
-		code   string
-		want   connect.Code
-	}{
-		{"bad input", http.StatusBadRequest, httpapi.CodeInvalidTag, connect.CodeInvalidArgument},
-		{"no token", http.StatusUnauthorized, httpapi.CodeUnauthorized, connect.CodeUnauthenticated},
-		{"scope", http.StatusForbidden, httpapi.CodeForbidden, connect.CodePermissionDenied},
-		{"unknown tag", http.StatusNotFound, httpapi.CodeUnknownTag, connect.CodeNotFound},
-		{"tag exists", http.StatusConflict, httpapi.CodeTagExists, connect.CodeAlreadyExists},
-		{"not the holder", http.StatusConflict, httpapi.CodeNotHolder, connect.CodePermissionDenied},
-		{"given back", http.StatusConflict, httpapi.CodeGivenBack, connect.CodeFailedPrecondition},
-		{"rate limited", http.StatusTooManyRequests, httpapi.CodeRateLimited, connect.CodeResourceExhausted},
-		{"body too large", http.StatusRequestEntityTooLarge, httpapi.CodeBodyTooLarge, connect.CodeResourceExhausted},
-		{"store down", http.StatusServiceUnavailable, httpapi.CodeUnavailable, connect.CodeUnavailable},
-		{"exhausted", http.StatusServiceUnavailable, httpapi.CodeExhausted, connect.CodeUnavailable},
-		{"bug", http.StatusInternalServerError, httpapi.CodeInternal, connect.CodeInternal},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := codeOf(tt.status, tt.code); got != tt.want {
-				t.Errorf("codeOf(%d, %s) = %v, want %v", tt.status, tt.code, got, tt.want)
-			}
-		})
 	}
 }

@@ -39,7 +39,7 @@ func TestOperations_Access(t *testing.T) {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	a := allocator.New(allocator.Config{Store: m, Logger: quiet, Instance: "test"})
 	t.Cleanup(func() { a.Close(context.Background()) })
-	checks := append([]operation{{"grpc.health.v1.Health/Check", http.MethodGet, "/id/health", httpapi.AccessMonitoring}}, operations...)
+	checks := append([]operation{{"grpc.health.v1.Health/Check", http.MethodGet, "/id/health", httpapi.AccessMonitoring, always}}, operations...)
 	for _, tc := range []struct {
 		name string
 		auth httpapi.AuthConfig

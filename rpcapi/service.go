@@ -2,61 +2,64 @@ package rpcapi
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
 	"connectrpc.com/grpcreflect"
 	"github.com/go-chi/chi/v5"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/idmint/idmint/httpapi"
+	"github.com/idmint/idmint/core"
 	idmintv1 "github.com/idmint/idmint/rpcapi/gen/idmint/v1"
 	"github.com/idmint/idmint/rpcapi/gen/idmint/v1/idmintv1connect"
+	"github.com/idmint/idmint/segment"
 	"github.com/idmint/idmint/wire"
 )
 
-// maxMessageBytes bounds a request message, as httpapi's Limits bound a
-// body by default (64 KiB); the route checks the body it is given again.
+// maxMessageBytes bounds a request message, as the HTTP API's Limits bound
+// a body by default (64 KiB).
 const maxMessageBytes = 64 << 10
 
-// Service serves proto/idmint/v1 over gRPC, gRPC-Web and Connect on an
-// httpapi.Server's router: set it as httpapi.Config.RPC.
+// Service serves proto/idmint/v1 over gRPC, gRPC-Web and Connect: an
+// adapter of the core (decode, call, encode), mounted on the HTTP API's
+// router (set it as httpapi.Config.RPC).
 type Service struct {
-	gw gateway
-	// srv is the server Mount mounted the service on (precheck, and the
-	// grpc-go listener's calls).
-	srv *httpapi.Server
+	core *core.Core
 	// newDecompressor makes the gzip decompressors of calls' messages
 	// (newBoundedGzip; tests count what it inflates).
 	newDecompressor func() connect.Decompressor
 }
 
-var _ httpapi.Mounter = (*Service)(nil)
-
 // New returns the service, to be mounted by httpapi.NewServer.
 func New() *Service { return &Service{newDecompressor: newBoundedGzip} }
 
-// Mount implements httpapi.Mounter: it adds every procedure whose HTTP
-// route r serves, the health service and reflection. Each procedure's
-// caller is checked against its route's access control (srv.Precheck)
-// before its message is read, and a message is inflated no further than
+// Mount adds, on r, every procedure the core c serves (operations), the
+// health service and reflection (httpapi.Mounter). Each procedure's caller
+// is prechecked against its operation's access control before its message
+// is read (precheck), and a message is inflated no further than
 // maxMessageBytes (boundedGzip).
-func (s *Service) Mount(srv *httpapi.Server, r chi.Router) {
-	s.gw.router = r
-	s.srv = srv
+func (s *Service) Mount(c *core.Core, r chi.Router) {
+	s.core = c
 	opts := []connect.HandlerOption{
 		connect.WithReadMaxBytes(maxMessageBytes),
 		connect.WithCompression("gzip", s.newDecompressor, newGzipCompressor),
 		connect.WithCompressMinBytes(compressMinBytes),
+		connect.WithInterceptors(mapErrors),
 	}
 	refusals := connect.NewErrorWriter(opts...)
-	gate := func(a httpapi.Access, h http.Handler) http.Handler { return precheck(srv, refusals, a, h) }
+	gate := func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if err := s.precheck(r.Context(), r.URL.Path, newCaller(r.Header.Values("Authorization"), r.RemoteAddr)); err != nil {
+				refusals.Write(w, r, connectError(r.Context(), err))
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
 	handlers := map[string]http.Handler{}
 	for _, mount := range []func(...connect.HandlerOption) (string, http.Handler){
 		func(o ...connect.HandlerOption) (string, http.Handler) {
@@ -78,24 +81,23 @@ func (s *Service) Mount(srv *httpapi.Server, r chi.Router) {
 	var services []string
 	seen := map[string]bool{}
 	for _, op := range operations {
-		// Served when the router has the route: a route the server
-		// leaves out (no --snowflake, no admin store) leaves its
-		// procedure out, which a client sees as Unimplemented.
-		path := strings.ReplaceAll(strings.ReplaceAll(op.path, "{biz_tag}", "t"), "{name}", "n")
-		if !r.Match(chi.NewRouteContext(), op.method, path) {
+		// A procedure whose operation the core leaves out (no
+		// --snowflake, no admin store) is left out, which a client sees
+		// as Unimplemented.
+		if !op.served(c) {
 			continue
 		}
 		service, _, _ := strings.Cut(strings.TrimPrefix(op.procedure, "/"), "/")
-		r.Handle(op.procedure, gate(op.access, handlers["/"+service+"/"]))
+		// One route per procedure, so that the metrics count each.
+		r.Handle(op.procedure, gate(handlers["/"+service+"/"]))
 		if !seen[service] {
 			seen[service] = true
 			services = append(services, service)
 		}
 	}
-	hc := &health{gw: &s.gw, services: seen}
-	// One route per procedure, so that the metrics count each.
+	hc := &health{core: c, services: seen}
 	path, h := grpchealth.NewHandler(hc, opts...)
-	h = gate(httpapi.AccessMonitoring, withOuterRequest(h))
+	h = gate(withCaller(h))
 	r.Handle(path+"Check", h)
 	r.Handle(path+"Watch", h)
 	reflector := grpcreflect.NewStaticReflector(append(services, grpchealth.HealthV1ServiceName)...)
@@ -105,16 +107,8 @@ func (s *Service) Mount(srv *httpapi.Server, r chi.Router) {
 	r.Handle(path+"ServerReflectionInfo", h)
 }
 
-// unmarshal decodes a route's JSON reply into a message: the API's JSON
-// names are the schema's field names; fields the schema does not know are
-// dropped.
-var unmarshal = protojson.UnmarshalOptions{DiscardUnknown: true}
-
-func decodeInto(m proto.Message) func([]byte) error {
-	return func(b []byte) error { return unmarshal.Unmarshal(b, m) }
-}
-
-// respond wraps a procedure's typed reply for connect-go.
+// respond wraps a procedure's typed reply for connect-go; its error is
+// mapped once, by mapErrors.
 func respond[T any](m *T, err error) (*connect.Response[T], error) {
 	if err != nil {
 		return nil, err
@@ -122,7 +116,27 @@ func respond[T any](m *T, err error) (*connect.Response[T], error) {
 	return connect.NewResponse(m), nil
 }
 
-// ids serves IDService: GET /id and GET /ids.
+// mapErrors turns the error of every call into its connect error
+// (connectError): the one place, for the procedures and the health
+// service alike.
+var mapErrors = connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		resp, err := next(ctx, req)
+		if err != nil {
+			return nil, connectError(ctx, err)
+		}
+		return resp, nil
+	}
+})
+
+func timestamp(t *time.Time) *timestamppb.Timestamp {
+	if t == nil {
+		return nil
+	}
+	return timestamppb.New(*t)
+}
+
+// ids serves IDService (core: NextID, NextIDs).
 type ids struct{ s *Service }
 
 func (h ids) NextID(ctx context.Context, req *connect.Request[idmintv1.NextIDRequest]) (*connect.Response[idmintv1.NextIDResponse], error) {
@@ -130,16 +144,12 @@ func (h ids) NextID(ctx context.Context, req *connect.Request[idmintv1.NextIDReq
 }
 
 func (h ids) nextID(ctx context.Context, c caller, m *idmintv1.NextIDRequest) (*idmintv1.NextIDResponse, error) {
-	tag := m.GetBizTag()
-	var out struct {
-		ID int64 `json:"id,string"`
-	}
-	err := h.s.gw.call(ctx, c, http.MethodGet, "/id?biz_tag="+url.QueryEscape(tag), nil,
-		func(b []byte) error { return json.Unmarshal(b, &out) })
+	req := core.IDsRequest{Tag: m.GetBizTag()}
+	id, err := h.s.core.NextID(ctx, c, req)
 	if err != nil {
 		return nil, err
 	}
-	return &idmintv1.NextIDResponse{BizTag: tag, Id: out.ID}, nil
+	return &idmintv1.NextIDResponse{BizTag: req.Tag, Id: id}, nil
 }
 
 func (h ids) NextIDs(ctx context.Context, req *connect.Request[idmintv1.NextIDsRequest]) (*connect.Response[idmintv1.NextIDsResponse], error) {
@@ -147,47 +157,36 @@ func (h ids) NextIDs(ctx context.Context, req *connect.Request[idmintv1.NextIDsR
 }
 
 func (h ids) nextIDs(ctx context.Context, c caller, m *idmintv1.NextIDsRequest) (*idmintv1.NextIDsResponse, error) {
-	q := url.Values{"biz_tag": {m.GetBizTag()}, "count": {strconv.Itoa(int(m.GetCount()))}}
-	switch f := m.GetFormat(); f {
-	case idmintv1.Format_FORMAT_UNSPECIFIED:
-	case idmintv1.Format_FORMAT_LIST:
-		q.Set("format", "list")
-	case idmintv1.Format_FORMAT_RANGES:
-		q.Set("format", "ranges")
-	default:
-		q.Set("format", strconv.Itoa(int(f))) // the route refuses it
+	req := core.IDsRequest{Tag: m.GetBizTag(), Count: int(m.GetCount())}
+	switch f := m.GetFormat(); {
+	case req.Tag == "":
+		req.Bad = core.ErrTagRequired
+	case req.Count < 1 || req.Count > h.s.core.MaxCount():
+		req.Bad = h.s.core.CountError()
+	case f == idmintv1.Format_FORMAT_RANGES:
+		req.Ranges = true
+	case f != idmintv1.Format_FORMAT_UNSPECIFIED && f != idmintv1.Format_FORMAT_LIST:
+		req.Bad = core.ErrFormat
 	}
-	var out struct {
-		IDs    []json.Number    `json:"ids"`
-		Ranges [][2]json.Number `json:"ranges"`
-	}
-	err := h.s.gw.call(ctx, c, http.MethodGet, "/ids?"+q.Encode(), nil,
-		func(b []byte) error { return json.Unmarshal(b, &out) })
-	if err != nil {
+	ranges, err := h.s.core.NextIDs(ctx, c, req, nil)
+	// IDs taken before an error are handed out (fewer than count) rather
+	// than lost.
+	if err != nil && len(ranges) == 0 {
 		return nil, err
 	}
-	resp := &idmintv1.NextIDsResponse{BizTag: m.GetBizTag(), Ids: make([]int64, 0, len(out.IDs))}
-	for _, n := range out.IDs {
-		id, err := n.Int64()
-		if err != nil {
-			return nil, connect.NewError(connect.CodeInternal, err)
+	resp := &idmintv1.NextIDsResponse{BizTag: req.Tag, Ids: []int64{}}
+	if req.Ranges {
+		for _, rg := range ranges {
+			resp.Ranges = append(resp.Ranges, &idmintv1.Range{First: rg.First, Last: rg.Last})
 		}
-		resp.Ids = append(resp.Ids, id)
+		return resp, nil
 	}
-	for _, rg := range out.Ranges {
-		first, err1 := rg[0].Int64()
-		last, err2 := rg[1].Int64()
-		if err1 != nil || err2 != nil {
-			return nil, connect.NewError(connect.CodeInternal, errBadReply)
-		}
-		resp.Ranges = append(resp.Ranges, &idmintv1.Range{First: first, Last: last})
-	}
+	resp.Ids = appendIDs(make([]int64, 0, count(ranges)), ranges)
 	return resp, nil
 }
 
-// segments serves SegmentService: POST /v1/segments and
-// /v1/segments/giveback, whose rules (request ID, holder key, the
-// caller's principal) are the route's.
+// segments serves SegmentService (core: GrantRange, GiveBack), whose
+// rules (request ID, holder key, the caller's principal) are the core's.
 type segments struct{ s *Service }
 
 func (h segments) GrantRange(ctx context.Context, req *connect.Request[idmintv1.GrantRangeRequest]) (*connect.Response[idmintv1.GrantRangeResponse], error) {
@@ -195,14 +194,9 @@ func (h segments) GrantRange(ctx context.Context, req *connect.Request[idmintv1.
 }
 
 func (h segments) grantRange(ctx context.Context, c caller, m *idmintv1.GrantRangeRequest) (*idmintv1.GrantRangeResponse, error) {
-	body, err := json.Marshal(wire.SegmentRequest{Tag: m.GetBizTag(), Size: m.GetSize(), RequestID: m.GetRequestId(),
-		HolderKey: m.GetHolderKey(), Floor: m.GetFloor()})
+	out, err := h.s.core.GrantRange(ctx, c, core.GrantRequest{SegmentRequest: wire.SegmentRequest{Tag: m.GetBizTag(),
+		Size: m.GetSize(), RequestID: m.GetRequestId(), HolderKey: m.GetHolderKey(), Floor: m.GetFloor()}})
 	if err != nil {
-		return nil, connect.NewError(connect.CodeInternal, err)
-	}
-	var out wire.SegmentResponse
-	if err := h.s.gw.call(ctx, c, http.MethodPost, wire.PathSegments, body,
-		func(b []byte) error { return json.Unmarshal(b, &out) }); err != nil {
 		return nil, err
 	}
 	return &idmintv1.GrantRangeResponse{BizTag: out.Tag, RequestId: out.RequestID, First: out.First,
@@ -214,22 +208,17 @@ func (h segments) GiveBack(ctx context.Context, req *connect.Request[idmintv1.Gi
 }
 
 func (h segments) giveBack(ctx context.Context, c caller, m *idmintv1.GiveBackRequest) (*idmintv1.GiveBackResponse, error) {
-	body, err := json.Marshal(wire.GiveBackRequest{Tag: m.GetBizTag(), RequestID: m.GetRequestId(),
-		HolderKey: m.GetHolderKey(), First: m.GetFirst(), Last: m.GetLast()})
+	out, err := h.s.core.GiveBack(ctx, c, core.GiveBackRequest{GiveBackRequest: wire.GiveBackRequest{Tag: m.GetBizTag(),
+		RequestID: m.GetRequestId(), HolderKey: m.GetHolderKey(), First: m.GetFirst(), Last: m.GetLast()}})
 	if err != nil {
-		return nil, connect.NewError(connect.CodeInternal, err)
-	}
-	var out wire.GiveBackResponse
-	if err := h.s.gw.call(ctx, c, http.MethodPost, wire.PathGiveBack, body,
-		func(b []byte) error { return json.Unmarshal(b, &out) }); err != nil {
 		return nil, err
 	}
 	return &idmintv1.GiveBackResponse{BizTag: out.Tag, RequestId: out.RequestID, First: out.First,
 		Last: out.Last, GivenBack: out.GivenBack}, nil
 }
 
-// snowflakes serves SnowflakeService: /snowflake, /snowflakes and
-// /snowflake/parse.
+// snowflakes serves SnowflakeService (core: NextSnowflake,
+// NextSnowflakes, ParseSnowflake).
 type snowflakes struct{ s *Service }
 
 func (h snowflakes) NextSnowflake(ctx context.Context, req *connect.Request[idmintv1.NextSnowflakeRequest]) (*connect.Response[idmintv1.NextSnowflakeResponse], error) {
@@ -237,11 +226,11 @@ func (h snowflakes) NextSnowflake(ctx context.Context, req *connect.Request[idmi
 }
 
 func (h snowflakes) nextSnowflake(ctx context.Context, c caller, m *idmintv1.NextSnowflakeRequest) (*idmintv1.NextSnowflakeResponse, error) {
-	out := new(idmintv1.NextSnowflakeResponse)
-	if err := h.s.gw.call(ctx, c, http.MethodGet, "/snowflake", nil, decodeInto(out)); err != nil {
+	id, err := h.s.core.NextSnowflake(ctx, c)
+	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	return &idmintv1.NextSnowflakeResponse{Id: id}, nil
 }
 
 func (h snowflakes) NextSnowflakes(ctx context.Context, req *connect.Request[idmintv1.NextSnowflakesRequest]) (*connect.Response[idmintv1.NextSnowflakesResponse], error) {
@@ -249,12 +238,11 @@ func (h snowflakes) NextSnowflakes(ctx context.Context, req *connect.Request[idm
 }
 
 func (h snowflakes) nextSnowflakes(ctx context.Context, c caller, m *idmintv1.NextSnowflakesRequest) (*idmintv1.NextSnowflakesResponse, error) {
-	out := new(idmintv1.NextSnowflakesResponse)
-	target := "/snowflakes?count=" + strconv.Itoa(int(m.GetCount()))
-	if err := h.s.gw.call(ctx, c, http.MethodGet, target, nil, decodeInto(out)); err != nil {
+	ids, err := h.s.core.NextSnowflakes(ctx, c, int(m.GetCount()), nil)
+	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	return &idmintv1.NextSnowflakesResponse{Ids: ids}, nil
 }
 
 func (h snowflakes) ParseSnowflake(ctx context.Context, req *connect.Request[idmintv1.ParseSnowflakeRequest]) (*connect.Response[idmintv1.ParseSnowflakeResponse], error) {
@@ -262,45 +250,32 @@ func (h snowflakes) ParseSnowflake(ctx context.Context, req *connect.Request[idm
 }
 
 func (h snowflakes) parseSnowflake(ctx context.Context, c caller, m *idmintv1.ParseSnowflakeRequest) (*idmintv1.ParseSnowflakeResponse, error) {
-	out := new(idmintv1.ParseSnowflakeResponse)
-	target := "/snowflake/parse?id=" + strconv.FormatInt(m.GetId(), 10)
-	if err := h.s.gw.call(ctx, c, http.MethodGet, target, nil, decodeInto(out)); err != nil {
+	p, err := h.s.core.ParseSnowflake(ctx, c, strconv.FormatInt(m.GetId(), 10))
+	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	return &idmintv1.ParseSnowflakeResponse{Id: p.ID, Time: timestamppb.New(p.Time), UnixMs: p.UnixMS, WorkerId: p.WorkerID,
+		Sequence: p.Sequence, Layout: p.Layout, Epoch: timestamppb.New(p.Epoch)}, nil
 }
 
-// admin serves AdminService: /v1/tags, /v1/tokens and /v1/standbys.
+// admin serves AdminService (core: the tag, token and standby
+// operations).
 type admin struct{ s *Service }
-
-func tagPath(tag string) string { return "/v1/tags/" + url.PathEscape(tag) }
-
-// tagCall runs a route whose reply is one tag.
-func (h admin) tagCall(ctx context.Context, c caller, method, target string, body any) (*idmintv1.Tag, error) {
-	var b []byte
-	if body != nil {
-		var err error
-		if b, err = json.Marshal(body); err != nil {
-			return nil, connect.NewError(connect.CodeInternal, err)
-		}
-	}
-	t := new(idmintv1.Tag)
-	if err := h.s.gw.call(ctx, c, method, target, b, decodeInto(t)); err != nil {
-		return nil, err
-	}
-	return t, nil
-}
 
 func (h admin) ListTags(ctx context.Context, req *connect.Request[idmintv1.ListTagsRequest]) (*connect.Response[idmintv1.ListTagsResponse], error) {
 	return respond(h.listTags(ctx, callerOf(req), req.Msg))
 }
 
 func (h admin) listTags(ctx context.Context, c caller, m *idmintv1.ListTagsRequest) (*idmintv1.ListTagsResponse, error) {
-	out := new(idmintv1.ListTagsResponse)
-	if err := h.s.gw.call(ctx, c, http.MethodGet, "/v1/tags", nil, decodeInto(out)); err != nil {
+	out, err := h.s.core.ListTags(ctx, c)
+	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	resp := &idmintv1.ListTagsResponse{Tags: make([]*idmintv1.Tag, 0, len(out.Tags))}
+	for _, t := range out.Tags {
+		resp.Tags = append(resp.Tags, tagOf(t))
+	}
+	return resp, nil
 }
 
 func (h admin) CreateTag(ctx context.Context, req *connect.Request[idmintv1.CreateTagRequest]) (*connect.Response[idmintv1.CreateTagResponse], error) {
@@ -308,19 +283,12 @@ func (h admin) CreateTag(ctx context.Context, req *connect.Request[idmintv1.Crea
 }
 
 func (h admin) createTag(ctx context.Context, c caller, m *idmintv1.CreateTagRequest) (*idmintv1.CreateTagResponse, error) {
-	body := map[string]any{"biz_tag": m.GetBizTag(), "start": m.GetStart(), "description": m.GetDescription(),
-		"runway_seconds": m.GetRunwaySeconds()}
-	if m.Step != nil {
-		body["step"] = m.GetStep()
-	}
-	if m.MaxStep != nil {
-		body["max_step"] = m.GetMaxStep()
-	}
-	t, err := h.tagCall(ctx, c, http.MethodPost, "/v1/tags", body)
+	t, err := h.s.core.CreateTag(ctx, c, wire.CreateTagRequest{Tag: m.GetBizTag(), Step: m.Step, MaxStep: m.MaxStep,
+		Start: m.GetStart(), Description: m.GetDescription(), RunwaySeconds: m.GetRunwaySeconds()}, nil)
 	if err != nil {
 		return nil, err
 	}
-	return &idmintv1.CreateTagResponse{Tag: t}, nil
+	return &idmintv1.CreateTagResponse{Tag: tagOf(t)}, nil
 }
 
 func (h admin) GetTag(ctx context.Context, req *connect.Request[idmintv1.GetTagRequest]) (*connect.Response[idmintv1.GetTagResponse], error) {
@@ -328,11 +296,11 @@ func (h admin) GetTag(ctx context.Context, req *connect.Request[idmintv1.GetTagR
 }
 
 func (h admin) getTag(ctx context.Context, c caller, m *idmintv1.GetTagRequest) (*idmintv1.GetTagResponse, error) {
-	t, err := h.tagCall(ctx, c, http.MethodGet, tagPath(m.GetBizTag()), nil)
+	t, err := h.s.core.GetTag(ctx, c, m.GetBizTag())
 	if err != nil {
 		return nil, err
 	}
-	return &idmintv1.GetTagResponse{Tag: t}, nil
+	return &idmintv1.GetTagResponse{Tag: tagOf(t)}, nil
 }
 
 func (h admin) UpdateTag(ctx context.Context, req *connect.Request[idmintv1.UpdateTagRequest]) (*connect.Response[idmintv1.UpdateTagResponse], error) {
@@ -340,24 +308,12 @@ func (h admin) UpdateTag(ctx context.Context, req *connect.Request[idmintv1.Upda
 }
 
 func (h admin) updateTag(ctx context.Context, c caller, m *idmintv1.UpdateTagRequest) (*idmintv1.UpdateTagResponse, error) {
-	patch := map[string]any{}
-	if m.Step != nil {
-		patch["step"] = m.GetStep()
-	}
-	if m.MaxStep != nil {
-		patch["max_step"] = m.GetMaxStep()
-	}
-	if m.Description != nil {
-		patch["description"] = m.GetDescription()
-	}
-	if m.RunwaySeconds != nil {
-		patch["runway_seconds"] = m.GetRunwaySeconds()
-	}
-	t, err := h.tagCall(ctx, c, http.MethodPatch, tagPath(m.GetBizTag()), patch)
+	t, err := h.s.core.UpdateTag(ctx, c, m.GetBizTag(), wire.PatchTagRequest{Step: m.Step, MaxStep: m.MaxStep,
+		Description: m.Description, RunwaySeconds: m.RunwaySeconds}, nil)
 	if err != nil {
 		return nil, err
 	}
-	return &idmintv1.UpdateTagResponse{Tag: t}, nil
+	return &idmintv1.UpdateTagResponse{Tag: tagOf(t)}, nil
 }
 
 func (h admin) BumpTag(ctx context.Context, req *connect.Request[idmintv1.BumpTagRequest]) (*connect.Response[idmintv1.BumpTagResponse], error) {
@@ -365,11 +321,11 @@ func (h admin) BumpTag(ctx context.Context, req *connect.Request[idmintv1.BumpTa
 }
 
 func (h admin) bumpTag(ctx context.Context, c caller, m *idmintv1.BumpTagRequest) (*idmintv1.BumpTagResponse, error) {
-	t, err := h.tagCall(ctx, c, http.MethodPost, tagPath(m.GetBizTag())+"/bump", map[string]any{"to": m.GetTo(), "by": m.GetBy()})
+	t, err := h.s.core.BumpTag(ctx, c, m.GetBizTag(), wire.BumpRequest{To: m.GetTo(), By: m.GetBy()}, nil)
 	if err != nil {
 		return nil, err
 	}
-	return &idmintv1.BumpTagResponse{Tag: t}, nil
+	return &idmintv1.BumpTagResponse{Tag: tagOf(t)}, nil
 }
 
 func (h admin) ListTokens(ctx context.Context, req *connect.Request[idmintv1.ListTokensRequest]) (*connect.Response[idmintv1.ListTokensResponse], error) {
@@ -377,11 +333,15 @@ func (h admin) ListTokens(ctx context.Context, req *connect.Request[idmintv1.Lis
 }
 
 func (h admin) listTokens(ctx context.Context, c caller, m *idmintv1.ListTokensRequest) (*idmintv1.ListTokensResponse, error) {
-	out := new(idmintv1.ListTokensResponse)
-	if err := h.s.gw.call(ctx, c, http.MethodGet, "/v1/tokens", nil, decodeInto(out)); err != nil {
+	out, err := h.s.core.ListTokens(ctx, c)
+	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	resp := &idmintv1.ListTokensResponse{Tokens: make([]*idmintv1.Token, 0, len(out.Tokens))}
+	for _, t := range out.Tokens {
+		resp.Tokens = append(resp.Tokens, tokenOf(t))
+	}
+	return resp, nil
 }
 
 func (h admin) CreateToken(ctx context.Context, req *connect.Request[idmintv1.CreateTokenRequest]) (*connect.Response[idmintv1.CreateTokenResponse], error) {
@@ -389,15 +349,11 @@ func (h admin) CreateToken(ctx context.Context, req *connect.Request[idmintv1.Cr
 }
 
 func (h admin) createToken(ctx context.Context, c caller, m *idmintv1.CreateTokenRequest) (*idmintv1.CreateTokenResponse, error) {
-	body, err := json.Marshal(httpapi.CreateTokenRequest{Name: m.GetName(), Scopes: m.GetScopes(), IDsPerSecond: m.GetIdsPerSecond()})
+	out, err := h.s.core.CreateToken(ctx, c, wire.CreateTokenRequest{Name: m.GetName(), Scopes: m.GetScopes(), IDsPerSecond: m.GetIdsPerSecond()}, nil)
 	if err != nil {
-		return nil, connect.NewError(connect.CodeInternal, err)
-	}
-	out := new(idmintv1.CreateTokenResponse)
-	if err := h.s.gw.call(ctx, c, http.MethodPost, "/v1/tokens", body, decodeInto(out)); err != nil {
 		return nil, err
 	}
-	return out, nil
+	return &idmintv1.CreateTokenResponse{Token: tokenOf(out.Token), Secret: out.Secret, Note: out.Note}, nil
 }
 
 func (h admin) RevokeToken(ctx context.Context, req *connect.Request[idmintv1.RevokeTokenRequest]) (*connect.Response[idmintv1.RevokeTokenResponse], error) {
@@ -405,12 +361,11 @@ func (h admin) RevokeToken(ctx context.Context, req *connect.Request[idmintv1.Re
 }
 
 func (h admin) revokeToken(ctx context.Context, c caller, m *idmintv1.RevokeTokenRequest) (*idmintv1.RevokeTokenResponse, error) {
-	t := new(idmintv1.Token)
-	target := "/v1/tokens/" + url.PathEscape(m.GetId())
-	if err := h.s.gw.call(ctx, c, http.MethodDelete, target, nil, decodeInto(t)); err != nil {
+	t, err := h.s.core.RevokeToken(ctx, c, m.GetId())
+	if err != nil {
 		return nil, err
 	}
-	return &idmintv1.RevokeTokenResponse{Token: t}, nil
+	return &idmintv1.RevokeTokenResponse{Token: tokenOf(t)}, nil
 }
 
 func (h admin) ListStandbys(ctx context.Context, req *connect.Request[idmintv1.ListStandbysRequest]) (*connect.Response[idmintv1.ListStandbysResponse], error) {
@@ -418,11 +373,17 @@ func (h admin) ListStandbys(ctx context.Context, req *connect.Request[idmintv1.L
 }
 
 func (h admin) listStandbys(ctx context.Context, c caller, m *idmintv1.ListStandbysRequest) (*idmintv1.ListStandbysResponse, error) {
-	out := new(idmintv1.ListStandbysResponse)
-	if err := h.s.gw.call(ctx, c, http.MethodGet, "/v1/standbys", nil, decodeInto(out)); err != nil {
+	out, err := h.s.core.ListStandbys(ctx, c)
+	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	resp := &idmintv1.ListStandbysResponse{Standbys: make([]*idmintv1.Standby, 0, len(out.Standbys))}
+	for _, r := range out.Standbys {
+		resp.Standbys = append(resp.Standbys, &idmintv1.Standby{Name: r.Name, Slot: r.Slot, Timeline: r.Timeline,
+			FirstSeen: timestamppb.New(r.FirstSeen), LastSeen: timestamppb.New(r.LastSeen), LastFlushLsn: r.LastFlushLSN,
+			ForgottenAt: timestamp(r.ForgottenAt)})
+	}
+	return resp, nil
 }
 
 func (h admin) ForgetStandby(ctx context.Context, req *connect.Request[idmintv1.ForgetStandbyRequest]) (*connect.Response[idmintv1.ForgetStandbyResponse], error) {
@@ -430,9 +391,41 @@ func (h admin) ForgetStandby(ctx context.Context, req *connect.Request[idmintv1.
 }
 
 func (h admin) forgetStandby(ctx context.Context, c caller, m *idmintv1.ForgetStandbyRequest) (*idmintv1.ForgetStandbyResponse, error) {
-	target := "/v1/standbys/" + url.PathEscape(m.GetName())
-	if err := h.s.gw.call(ctx, c, http.MethodDelete, target, nil, nil); err != nil {
+	if err := h.s.core.ForgetStandby(ctx, c, m.GetName()); err != nil {
 		return nil, err
 	}
 	return &idmintv1.ForgetStandbyResponse{}, nil
+}
+
+// count is the number of IDs in ranges.
+func count(ranges []segment.Range) int {
+	n := 0
+	for _, r := range ranges {
+		n += int(r.Len())
+	}
+	return n
+}
+
+// appendIDs appends every ID of ranges to ids. The loop ends on Last, not
+// past it: past 2^63-1, id++ wraps.
+func appendIDs(ids []int64, ranges []segment.Range) []int64 {
+	for _, r := range ranges {
+		for id := r.First; ; id++ {
+			ids = append(ids, id)
+			if id == r.Last {
+				break
+			}
+		}
+	}
+	return ids
+}
+
+func tagOf(t wire.Tag) *idmintv1.Tag {
+	return &idmintv1.Tag{BizTag: t.Tag, MaxId: t.MaxID, Step: t.Step, MaxStep: t.MaxStep, Description: t.Description,
+		RunwaySeconds: t.RunwaySeconds}
+}
+
+func tokenOf(t wire.Token) *idmintv1.Token {
+	return &idmintv1.Token{Id: t.ID, Name: t.Name, Scopes: t.Scopes, IdsPerSecond: t.IDsPerSecond,
+		CreatedAt: timestamppb.New(t.CreatedAt), RevokedAt: timestamp(t.RevokedAt)}
 }

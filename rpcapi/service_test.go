@@ -147,21 +147,21 @@ func TestService_Scopes(t *testing.T) {
 		code   connect.Code // 0: success
 		reason string
 	}{
-		{name: "NextID without a token", call: nextID(ctx, f.url, "order"), code: connect.CodeUnauthenticated, reason: httpapi.CodeUnauthorized},
-		{name: "NextID with a monitor token", token: f.none, call: nextID(ctx, f.url, "order"), code: connect.CodePermissionDenied, reason: httpapi.CodeForbidden},
-		{name: "NextID with an admin token", token: f.admin, call: nextID(ctx, f.url, "order"), code: connect.CodePermissionDenied, reason: httpapi.CodeForbidden},
+		{name: "NextID without a token", call: nextID(ctx, f.url, "order"), code: connect.CodeUnauthenticated, reason: wire.CodeUnauthorized},
+		{name: "NextID with a monitor token", token: f.none, call: nextID(ctx, f.url, "order"), code: connect.CodePermissionDenied, reason: wire.CodeForbidden},
+		{name: "NextID with an admin token", token: f.admin, call: nextID(ctx, f.url, "order"), code: connect.CodePermissionDenied, reason: wire.CodeForbidden},
 		{name: "NextID in scope", token: f.ids, call: nextID(ctx, f.url, "order")},
-		{name: "NextID of an unknown tag", token: f.ids, call: nextID(ctx, f.url, "nope"), code: connect.CodePermissionDenied, reason: httpapi.CodeForbidden},
-		{name: "ListTags with an ID token", token: f.ids, call: listTags(ctx, f.url), code: connect.CodePermissionDenied, reason: httpapi.CodeForbidden},
-		{name: "ListTags without a token", call: listTags(ctx, f.url), code: connect.CodeUnauthenticated, reason: httpapi.CodeUnauthorized},
+		{name: "NextID of an unknown tag", token: f.ids, call: nextID(ctx, f.url, "nope"), code: connect.CodePermissionDenied, reason: wire.CodeForbidden},
+		{name: "ListTags with an ID token", token: f.ids, call: listTags(ctx, f.url), code: connect.CodePermissionDenied, reason: wire.CodeForbidden},
+		{name: "ListTags without a token", call: listTags(ctx, f.url), code: connect.CodeUnauthenticated, reason: wire.CodeUnauthorized},
 		{name: "ListTags with an admin token", token: f.admin, call: listTags(ctx, f.url)},
-		{name: "ListTokens with a monitor token", token: f.none, call: listTokens(ctx, f.url), code: connect.CodePermissionDenied, reason: httpapi.CodeForbidden},
-		{name: "ListTokens with an ID token", token: f.ids, call: listTokens(ctx, f.url), code: connect.CodePermissionDenied, reason: httpapi.CodeForbidden},
-		{name: "ListTokens without a token", call: listTokens(ctx, f.url), code: connect.CodeUnauthenticated, reason: httpapi.CodeUnauthorized},
+		{name: "ListTokens with a monitor token", token: f.none, call: listTokens(ctx, f.url), code: connect.CodePermissionDenied, reason: wire.CodeForbidden},
+		{name: "ListTokens with an ID token", token: f.ids, call: listTokens(ctx, f.url), code: connect.CodePermissionDenied, reason: wire.CodeForbidden},
+		{name: "ListTokens without a token", call: listTokens(ctx, f.url), code: connect.CodeUnauthenticated, reason: wire.CodeUnauthorized},
 		{name: "ListTokens with an admin token", token: f.admin, call: listTokens(ctx, f.url)},
-		{name: "CreateToken with a monitor token", token: f.none, call: createToken(ctx, f.url), code: connect.CodePermissionDenied, reason: httpapi.CodeForbidden},
-		{name: "CreateToken with an ID token", token: f.ids, call: createToken(ctx, f.url), code: connect.CodePermissionDenied, reason: httpapi.CodeForbidden},
-		{name: "RevokeToken with an ID token", token: f.ids, call: revokeToken(ctx, f.url), code: connect.CodePermissionDenied, reason: httpapi.CodeForbidden},
+		{name: "CreateToken with a monitor token", token: f.none, call: createToken(ctx, f.url), code: connect.CodePermissionDenied, reason: wire.CodeForbidden},
+		{name: "CreateToken with an ID token", token: f.ids, call: createToken(ctx, f.url), code: connect.CodePermissionDenied, reason: wire.CodeForbidden},
+		{name: "RevokeToken with an ID token", token: f.ids, call: revokeToken(ctx, f.url), code: connect.CodePermissionDenied, reason: wire.CodeForbidden},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -260,7 +260,7 @@ func TestService_Segments(t *testing.T) {
 		t.Fatalf("the same request over HTTP: %+v, want 1..50 recovered", viaHTTP)
 	}
 	other := &idmintv1.GrantRangeRequest{BizTag: "order", Size: 50, RequestId: id, HolderKey: strings.Repeat("x", 32)}
-	if _, err := c.GrantRange(ctx, connect.NewRequest(other)); connect.CodeOf(err) != connect.CodePermissionDenied || reason(err) != httpapi.CodeNotHolder {
+	if _, err := c.GrantRange(ctx, connect.NewRequest(other)); connect.CodeOf(err) != connect.CodePermissionDenied || reason(err) != wire.CodeNotHolder {
 		t.Fatalf("another holder key: %v, want PermissionDenied not_holder", err)
 	}
 	gb, err := c.GiveBack(ctx, connect.NewRequest(&idmintv1.GiveBackRequest{BizTag: "order", RequestId: id, HolderKey: key, First: 41, Last: 50}))
@@ -272,7 +272,7 @@ func TestService_Segments(t *testing.T) {
 		t.Fatalf("retry after the give-back: %v, %v; want 1..40", kept, err)
 	}
 	if _, err := c.GrantRange(ctx, connect.NewRequest(&idmintv1.GrantRangeRequest{BizTag: "order", RequestId: "nope", HolderKey: key})); connect.CodeOf(err) != connect.CodeInvalidArgument ||
-		reason(err) != httpapi.CodeInvalidRequestID {
+		reason(err) != wire.CodeInvalidRequestID {
 		t.Fatalf("a bad request ID: %v, want InvalidArgument invalid_request_id", err)
 	}
 }
@@ -285,7 +285,7 @@ func TestService_Unavailable(t *testing.T) {
 	req := connect.NewRequest(&idmintv1.NextIDRequest{BizTag: "order"})
 	req.Header().Set("X-Request-Id", "req-42")
 	_, err := idmintv1connect.NewIDServiceClient(http.DefaultClient, f.url).NextID(context.Background(), req)
-	if connect.CodeOf(err) != connect.CodeUnavailable || reason(err) != httpapi.CodeShuttingDown || retryDelay(err) != time.Second {
+	if connect.CodeOf(err) != connect.CodeUnavailable || reason(err) != wire.CodeShuttingDown || retryDelay(err) != time.Second {
 		t.Fatalf("%v (reason %q, retry %v), want Unavailable shutting_down with RetryInfo 1s", err, reason(err), retryDelay(err))
 	}
 	if got := errorInfo(err).GetMetadata()["request_id"]; got != "req-42" {
@@ -319,7 +319,7 @@ func TestService_Admin(t *testing.T) {
 	if err != nil || got.Msg.GetTag().GetMaxId() != 1000 {
 		t.Fatalf("GetTag: %v, %v", got, err)
 	}
-	if _, err := c.GetTag(ctx, connect.NewRequest(&idmintv1.GetTagRequest{BizTag: "nope"})); connect.CodeOf(err) != connect.CodeNotFound || reason(err) != httpapi.CodeUnknownTag {
+	if _, err := c.GetTag(ctx, connect.NewRequest(&idmintv1.GetTagRequest{BizTag: "nope"})); connect.CodeOf(err) != connect.CodeNotFound || reason(err) != wire.CodeUnknownTag {
 		t.Fatalf("GetTag(nope): %v, want NotFound unknown_tag", err)
 	}
 }
@@ -348,8 +348,8 @@ func TestService_Tokens(t *testing.T) {
 	if err != nil || len(list.Msg.GetTokens()) != 4 {
 		t.Fatalf("ListTokens: %v, %v", list, err)
 	}
-	wire, err := proto.Marshal(list.Msg)
-	if err != nil || bytes.Contains(wire, []byte(created.Msg.GetSecret()[21:])) {
+	encoded, err := proto.Marshal(list.Msg)
+	if err != nil || bytes.Contains(encoded, []byte(created.Msg.GetSecret()[21:])) {
 		t.Fatalf("ListTokens shows the secret: %v", err)
 	}
 	if _, err := c.CreateToken(ctx, connect.NewRequest(&idmintv1.CreateTokenRequest{Name: "x", Scopes: []string{"root"}})); connect.CodeOf(err) != connect.CodeInvalidArgument {
@@ -366,7 +366,7 @@ func TestService_Tokens(t *testing.T) {
 	if err != nil || !again.Msg.GetToken().GetRevokedAt().AsTime().Equal(revoked.Msg.GetToken().GetRevokedAt().AsTime()) {
 		t.Fatalf("RevokeToken again: %v, %v; want the first revocation", again, err)
 	}
-	if _, err := c.RevokeToken(ctx, connect.NewRequest(&idmintv1.RevokeTokenRequest{Id: "aaaaaaaaaaaaaaaa"})); connect.CodeOf(err) != connect.CodeNotFound || reason(err) != httpapi.CodeUnknownToken {
+	if _, err := c.RevokeToken(ctx, connect.NewRequest(&idmintv1.RevokeTokenRequest{Id: "aaaaaaaaaaaaaaaa"})); connect.CodeOf(err) != connect.CodeNotFound || reason(err) != wire.CodeUnknownToken {
 		t.Fatalf("RevokeToken(unknown): %v, want NotFound unknown_token", err)
 	}
 }

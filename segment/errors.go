@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/idmint/idmint/wire"
 )
 
 // The package's errors: a Buffer's, a Set's, and the classes of a Source's
@@ -11,18 +13,18 @@ import (
 var (
 	// ErrUnavailable means both ranges are empty and no new range arrived in
 	// time. The wrapped error, if any, is the last load failure.
-	ErrUnavailable = errors.New("no ids available")
+	ErrUnavailable = wire.ErrUnavailable
 	// ErrClosed means the buffer was closed.
 	ErrClosed = errors.New("buffer closed")
 	// ErrRolledBack means a granted range started at or below the highest ID
 	// this buffer was ever granted: the database went back in time.
-	ErrRolledBack = errors.New("granted range is below ids already granted (database rolled back?)")
+	ErrRolledBack = wire.ErrRolledBack
 
 	// ErrUnknownTag means the source does not know the tag. A Set keeps
 	// no buffer for it, and answers it from memory for a while.
-	ErrUnknownTag = errors.New("unknown biz_tag")
+	ErrUnknownTag = wire.ErrUnknownTag
 	// ErrInvalidTag means the tag is not a valid name (see ValidateTag).
-	ErrInvalidTag = errors.New("invalid biz_tag")
+	ErrInvalidTag = wire.ErrInvalidTag
 
 	// The errors below classify a Source's answers (see Classify): each
 	// says what a Set's load does next with its ask (see loadRun.step).

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idmint/idmint/wire"
 )
 
 // Errors of the package.
@@ -13,24 +15,24 @@ var (
 	// ErrInvalidLayout means a Layout's widths or epoch are out of bounds.
 	ErrInvalidLayout = errors.New("invalid snowflake layout")
 	// ErrInvalidID means a number is not an ID of the layout.
-	ErrInvalidID = errors.New("invalid snowflake id")
+	ErrInvalidID = wire.ErrInvalidSnowflake
 	// ErrNoWorker means this instance holds no worker ID: every worker ID is
 	// leased by another instance, or the store cannot be reached to lease one.
-	ErrNoWorker = errors.New("no snowflake worker id held")
+	ErrNoWorker = wire.ErrSnowflakeNoWorker
 	// ErrLeaseExpired means the lease window ended before a renewal
 	// succeeded: no timestamp after it may be issued.
-	ErrLeaseExpired = errors.New("snowflake worker lease window over")
+	ErrLeaseExpired = wire.ErrSnowflakeLeaseExpired
 	// ErrClockSkew means the local clock and the database's differ by more
 	// than the margin.
-	ErrClockSkew = errors.New("clock differs from the database's by more than the margin")
+	ErrClockSkew = wire.ErrSnowflakeClockSkew
 	// ErrClockBackwards means the clock is behind the last timestamp issued,
 	// or the lease's time floor, by more than the longest wait.
-	ErrClockBackwards = errors.New("clock behind the last timestamp used")
+	ErrClockBackwards = wire.ErrSnowflakeBackwards
 	// ErrTimeExhausted means the milliseconds since the epoch no longer fit
 	// the layout's time bits.
-	ErrTimeExhausted = errors.New("snowflake time bits exhausted")
+	ErrTimeExhausted = wire.ErrSnowflakeExhausted
 	// ErrClosed means the node was closed.
-	ErrClosed = errors.New("snowflake node closed")
+	ErrClosed = wire.ErrSnowflakeClosed
 
 	// ErrLayoutMismatch is returned by a LeaseStore whose database holds
 	// leases of another layout.

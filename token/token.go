@@ -7,20 +7,20 @@ import (
 	"crypto/subtle"
 	"encoding/base32"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/idmint/idmint/wire"
 	"github.com/idmint/idmint/wire/tagname"
 )
 
 var (
 	// ErrUnknown means no token has the ID given.
-	ErrUnknown = errors.New("unknown token")
+	ErrUnknown = wire.ErrUnknownToken
 	// ErrInvalid means a token's settings (name, scopes, rate) are out of
 	// bounds: New, ValidateScope and ValidateRate wrap it.
-	ErrInvalid = errors.New("invalid token settings")
+	ErrInvalid = wire.ErrInvalidTokenSpec
 )
 
 // Token is a bearer token as stored: its public ID, a name for people, its

@@ -8,6 +8,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idmint/idmint/allocator"
+
+	_ "github.com/idmint/idmint/internal/redact/pgsecrets" // redacts connect errors
 )
 
 var _ allocator.Store = (*Store)(nil)

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/wire"
 )
 
 // Replicas says which standbys must have a grant's WAL before any of its
@@ -162,10 +163,7 @@ type ReplicationStatus struct {
 }
 
 // HeldStandby is a standby holding grants back, and since when.
-type HeldStandby struct {
-	Standby
-	Since time.Time `json:"since"`
-}
+type HeldStandby = wire.HeldStandby
 
 // TimelineChanged reports whether the timeline moved since the store
 // opened: a standby was promoted.
@@ -442,4 +440,24 @@ func (p *Store) SetReplication(cfg ReplicationConfig) { p.repl = newReplicator(c
 // ReplicationStatus).
 func (p *Store) ReplicationStatus(ctx context.Context) (ReplicationStatus, error) {
 	return p.repl.status(ctx, p.pool)
+}
+
+// Replication is ReplicationStatus as the API shows it (Report).
+func (p *Store) Replication(ctx context.Context) (wire.Replication, error) {
+	st, err := p.ReplicationStatus(ctx)
+	if err != nil {
+		return wire.Replication{}, err
+	}
+	return st.Report(), nil
+}
+
+// Report is s as the API shows it: its fields, and what its methods say.
+func (s ReplicationStatus) Report() wire.Replication {
+	r := wire.Replication{InRecovery: s.InRecovery, Timeline: s.Timeline, InitialTimeline: s.InitialTimeline,
+		TimelineChanged: s.TimelineChanged(), Replicas: s.Replicas, SyncReplicas: s.SyncReplicas, Hidden: s.Hidden,
+		Streamers: s.Streamers, SynchronousStandbyNames: s.SynchronousStandbyNames, SynchronousCommit: s.SynchronousCommit,
+		Required: int(s.Required), RequiredName: s.Required.String(), Ack: string(s.Ack), AtRisk: s.AtRisk(),
+		Waits: s.Waits, WaitFailures: s.WaitFailures, WaitTime: s.WaitTime, LastWaitError: s.LastWaitError,
+		Warnings: s.Warnings(), Standbys: s.Standbys, Held: s.Held}
+	return r
 }

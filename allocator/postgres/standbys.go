@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/wire"
 )
 
 // The required set: which servers must have a grant before it is served.
@@ -48,41 +49,20 @@ const (
 	KindRemembered = "remembered" // R3: seen before on this timeline, not connected now
 )
 
-// Standby is one server that could be promoted, as the primary sees it.
-type Standby struct {
-	// Name is the slot's name when it streams (or streamed) through one,
-	// else application_name@client address.
-	Name string `json:"name"`
-	// Kind is KindStreaming, KindSlot or KindRemembered.
-	Kind string `json:"kind"`
-	// State is pg_stat_replication's state for a streaming standby
-	// ("hidden" when the role may not read it), "inactive" or "active" for a
-	// slot, "disconnected" for a remembered standby.
-	State string `json:"state"`
-	// Slot: it streams (or streamed) through a replication slot.
-	Slot bool `json:"slot"`
-	// SyncState is pg_stat_replication's sync_state (streaming only).
-	SyncState string `json:"sync_state,omitempty"`
-	// Position is the WAL it confirmed (flush, or replay with AckReplay; a
-	// slot's restart_lsn; a remembered standby's last flush seen); empty
-	// when unknown.
-	Position string `json:"position,omitempty"`
-	// LastSeen is when an instance last saw it streaming (remembered only).
-	LastSeen *time.Time `json:"last_seen,omitempty"`
+// Standby is one server that could be promoted, as the primary sees it:
+// its Kind is KindStreaming, KindSlot or KindRemembered; its Position the
+// WAL it confirmed (flush, or replay with AckReplay; a slot's restart_lsn;
+// a remembered standby's last flush seen), empty when unknown.
+type Standby = wire.Standby
 
-	pos uint64 // Position parsed; 0 when unknown
+// position is m's Position parsed; 0 when unknown.
+func position(m Standby) uint64 {
+	pos, _ := parseLSN(m.Position)
+	return pos
 }
 
 // StandbyRecord is a row of idmint_standbys: a standby seen streaming.
-type StandbyRecord struct {
-	Name         string     `json:"name"`
-	Slot         bool       `json:"slot"`
-	Timeline     int64      `json:"timeline"`
-	FirstSeen    time.Time  `json:"first_seen"`
-	LastSeen     time.Time  `json:"last_seen"`
-	LastFlushLSN string     `json:"last_flush_lsn,omitempty"`
-	ForgottenAt  *time.Time `json:"forgotten_at,omitempty"`
-}
+type StandbyRecord = wire.StandbyRecord
 
 // membersSQL lists, in one statement, the WAL senders (with their slot and
 // whether they are logical), the physical non-temporary slots, and the
@@ -243,7 +223,7 @@ func judge(ro roster, lsn uint64, ack ReplicaAck) verdict {
 		}
 	}
 	for _, m := range v.required {
-		if m.Kind == KindStreaming && m.pos >= lsn && m.pos != 0 {
+		if pos := position(m); m.Kind == KindStreaming && pos >= lsn && pos != 0 {
 			v.acked++
 		}
 	}
@@ -253,10 +233,9 @@ func judge(ro roster, lsn uint64, ack ReplicaAck) verdict {
 // add puts m in the required set; live says it may still get new WAL
 // (connected and readable): behind, rather than absent, when it lacks lsn.
 func (v *verdict) add(m Standby, lsn uint64, live bool) {
-	m.pos, _ = parseLSN(m.Position)
 	v.required = append(v.required, m)
-	switch {
-	case m.pos != 0 && m.pos >= lsn:
+	switch pos := position(m); {
+	case pos != 0 && pos >= lsn:
 	case live:
 		v.behind = append(v.behind, m)
 	default:

@@ -14,6 +14,7 @@ import (
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/token"
+	"github.com/idmint/idmint/wire"
 )
 
 // adminClient is allocator.Admin and tokenAdmin over a running instance's
@@ -45,7 +46,7 @@ func newAdminClient(server, token string, hc *http.Client) (*adminClient, error)
 }
 
 // call sends one request and decodes a TagJSON (or a list) into out. An
-// error reply becomes an error wrapping the allocator sentinel it stands
+// error reply becomes wire.DecodeError's, which matches the sentinels it stands
 // for, so the commands treat both modes alike.
 func (c *adminClient) call(ctx context.Context, method, path string, body, out any) error {
 	var rd io.Reader
@@ -74,37 +75,25 @@ func (c *adminClient) call(ctx context.Context, method, path string, body, out a
 		return fmt.Errorf("admin api: %w", err)
 	}
 	if resp.StatusCode >= 300 {
-		var e struct {
-			Error struct{ Code, Message string }
-		}
-		if json.Unmarshal(data, &e) != nil || e.Error.Code == "" {
+		// The decoded error matches the sentinels of its code
+		// (allocator.ErrExists, token.ErrUnknown, ...).
+		err := wire.DecodeError(resp.StatusCode, resp.Header.Get("Retry-After"), data)
+		if wire.CodeOf(err) == wire.CodeHTTPError {
 			return fmt.Errorf("admin api: %s %s: %s", method, path, resp.Status)
 		}
-		sentinels := map[string]error{
-			httpapi.CodeUnknownTag: allocator.ErrUnknownTag, httpapi.CodeTagExists: allocator.ErrExists,
-			httpapi.CodeNotRaised: allocator.ErrNotRaised, httpapi.CodeInvalidSpec: allocator.ErrInvalidSpec,
-			httpapi.CodeInvalidTag: allocator.ErrInvalidTag,
-		}
-		if strings.HasPrefix(path, pathTokens) {
-			sentinels = map[string]error{httpapi.CodeUnknownToken: token.ErrUnknown, httpapi.CodeInvalidSpec: token.ErrInvalid}
-		}
-		sentinel := sentinels[e.Error.Code]
-		if sentinel != nil {
-			return fmt.Errorf("%w (%s)", sentinel, e.Error.Message)
-		}
-		return fmt.Errorf("admin api: %s (%s)", e.Error.Message, e.Error.Code)
+		return fmt.Errorf("admin api: %w (%s)", err, wire.CodeOf(err))
 	}
 	return json.Unmarshal(data, out)
 }
 
-func fromJSON(t httpapi.TagJSON) allocator.Tag {
+func fromJSON(t wire.Tag) allocator.Tag {
 	return allocator.Tag{Name: t.Tag, MaxID: t.MaxID, Step: t.Step, MaxStep: t.MaxStep, Description: t.Description,
 		Runway: httpapi.RunwayOf(t.RunwaySeconds)}
 }
 
 // CreateTag implements allocator.Admin.
 func (c *adminClient) CreateTag(ctx context.Context, spec allocator.TagSpec) (allocator.Tag, error) {
-	var t httpapi.TagJSON
+	var t wire.Tag
 	body := map[string]any{
 		"biz_tag": spec.Name, "start": spec.Start, "description": spec.Description,
 		"runway_seconds": spec.Runway.Seconds(),
@@ -122,7 +111,7 @@ func (c *adminClient) CreateTag(ctx context.Context, spec allocator.TagSpec) (al
 
 // Tags implements allocator.Admin.
 func (c *adminClient) Tags(ctx context.Context) ([]allocator.Tag, error) {
-	var list struct{ Tags []httpapi.TagJSON }
+	var list struct{ Tags []wire.Tag }
 	if err := c.call(ctx, http.MethodGet, "/v1/tags", nil, &list); err != nil {
 		return nil, err
 	}
@@ -135,7 +124,7 @@ func (c *adminClient) Tags(ctx context.Context) ([]allocator.Tag, error) {
 
 // SetStep implements allocator.Admin.
 func (c *adminClient) SetStep(ctx context.Context, name string, step, maxStep int64) (allocator.Tag, error) {
-	var t httpapi.TagJSON
+	var t wire.Tag
 	err := c.call(ctx, http.MethodPatch, "/v1/tags/"+url.PathEscape(name), map[string]any{"step": step, "max_step": maxStep}, &t)
 	return fromJSON(t), err
 }
@@ -143,7 +132,7 @@ func (c *adminClient) SetStep(ctx context.Context, name string, step, maxStep in
 // Bump implements allocator.Admin. On ErrNotRaised it returns the tag as
 // it stands.
 func (c *adminClient) Bump(ctx context.Context, name string, to, by int64) (allocator.Tag, error) {
-	var t httpapi.TagJSON
+	var t wire.Tag
 	body := map[string]any{}
 	if to != 0 {
 		body["to"] = to
@@ -157,14 +146,14 @@ func (c *adminClient) Bump(ctx context.Context, name string, to, by int64) (allo
 
 // SetRunway implements allocator.Admin.
 func (c *adminClient) SetRunway(ctx context.Context, name string, runway time.Duration) (allocator.Tag, error) {
-	var t httpapi.TagJSON
+	var t wire.Tag
 	err := c.call(ctx, http.MethodPatch, "/v1/tags/"+url.PathEscape(name), map[string]any{"runway_seconds": runway.Seconds()}, &t)
 	return fromJSON(t), err
 }
 
 // Describe implements allocator.Admin.
 func (c *adminClient) Describe(ctx context.Context, name, description string) (allocator.Tag, error) {
-	var t httpapi.TagJSON
+	var t wire.Tag
 	err := c.call(ctx, http.MethodPatch, "/v1/tags/"+url.PathEscape(name), map[string]any{"description": description}, &t)
 	return fromJSON(t), err
 }
@@ -172,30 +161,35 @@ func (c *adminClient) Describe(ctx context.Context, name, description string) (a
 // createToken implements tokenAdmin: the server makes the secret and shows
 // it in this reply only.
 func (c *adminClient) createToken(ctx context.Context, name string, scopes []string, rate float64) (token.Token, string, error) {
-	var created httpapi.CreatedToken
-	err := c.call(ctx, http.MethodPost, pathTokens, httpapi.CreateTokenRequest{Name: name, Scopes: scopes, IDsPerSecond: rate}, &created)
+	var created wire.CreatedToken
+	err := c.call(ctx, http.MethodPost, pathTokens, wire.CreateTokenRequest{Name: name, Scopes: scopes, IDsPerSecond: rate}, &created)
 	if err == nil && created.Secret == "" {
 		err = fmt.Errorf("admin api: POST %s: no token in the reply", pathTokens)
 	}
-	return httpapi.TokenFromJSON(created.Token), created.Secret, err
+	return tokenFromWire(created.Token), created.Secret, err
 }
 
 // ListTokens implements tokenAdmin.
 func (c *adminClient) ListTokens(ctx context.Context) ([]token.Token, error) {
-	var list struct{ Tokens []httpapi.TokenJSON }
+	var list struct{ Tokens []wire.Token }
 	if err := c.call(ctx, http.MethodGet, pathTokens, nil, &list); err != nil {
 		return nil, err
 	}
 	out := make([]token.Token, 0, len(list.Tokens))
 	for _, t := range list.Tokens {
-		out = append(out, httpapi.TokenFromJSON(t))
+		out = append(out, tokenFromWire(t))
 	}
 	return out, nil
 }
 
 // RevokeToken implements tokenAdmin.
 func (c *adminClient) RevokeToken(ctx context.Context, id string) (token.Token, error) {
-	var t httpapi.TokenJSON
+	var t wire.Token
 	err := c.call(ctx, http.MethodDelete, pathTokens+"/"+url.PathEscape(id), nil, &t)
-	return httpapi.TokenFromJSON(t), err
+	return tokenFromWire(t), err
+}
+
+// tokenFromWire is the token a wire.Token shows, without a hash.
+func tokenFromWire(j wire.Token) token.Token {
+	return token.Token{ID: j.ID, Name: j.Name, Scopes: j.Scopes, IDsPerSecond: j.IDsPerSecond, CreatedAt: j.CreatedAt, RevokedAt: j.RevokedAt}
 }

@@ -22,6 +22,8 @@ import (
 	"github.com/idmint/idmint/allocator/sqlite"
 	"github.com/idmint/idmint/migrations"
 	"github.com/idmint/idmint/token"
+
+	_ "github.com/idmint/idmint/internal/redact/pgsecrets" // redacts connect errors
 )
 
 // storeConfig chooses the store: PostgreSQL or a SQLite file by the scheme

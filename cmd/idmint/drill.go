@@ -16,7 +16,12 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/internal/checker"
+	"github.com/idmint/idmint/wire"
 )
+
+// maxDrillReply bounds the reply a drill client reads: /ids at the
+// largest counts.
+const maxDrillReply = 16 << 20
 
 // stringList is a flag that may be given many times.
 type stringList []string
@@ -334,18 +339,20 @@ func fetchIDs(ctx context.Context, client *http.Client, target, tag string, n in
 		return nil, errors.New("request failed: " + errKind(err))
 	}
 	defer resp.Body.Close()
-	var body struct {
-		ID    string   `json:"id"`
-		IDs   []string `json:"ids"`
-		Error struct {
-			Code string `json:"code"`
-		} `json:"error"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		return nil, fmt.Errorf("status %d, unreadable body", resp.StatusCode)
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxDrillReply))
+	if err != nil {
+		return nil, errors.New("request failed: " + errKind(err))
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("status %d %s", resp.StatusCode, body.Error.Code)
+		err := wire.DecodeError(resp.StatusCode, resp.Header.Get("Retry-After"), data)
+		return nil, fmt.Errorf("status %d %s", resp.StatusCode, wire.CodeOf(err))
+	}
+	var body struct {
+		ID  string   `json:"id"`
+		IDs []string `json:"ids"`
+	}
+	if err := json.Unmarshal(data, &body); err != nil {
+		return nil, fmt.Errorf("status %d, unreadable body", resp.StatusCode)
 	}
 	if n == 1 {
 		body.IDs = []string{body.ID}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -59,10 +60,12 @@ type grpcListener struct {
 
 // newGRPCListener serves svc's procedures on ln with tlsConfig (nil:
 // cleartext): the HTTP listener's reloading configuration, so that a
-// renewed certificate or client CA applies to both.
-func newGRPCListener(ln net.Listener, svc *rpcapi.Service, tlsConfig *tls.Config, logger *slog.Logger) *grpcListener {
-	return &grpcListener{ln: ln, srv: rpcapi.NewGRPCServer(svc, rpcapi.GRPCConfig{TLS: tlsConfig, Logger: logger}),
-		done: make(chan struct{})}
+// renewed certificate or client CA applies to both. It follows httpSrv's
+// bounds on headers and idle connections, and its access log.
+func newGRPCListener(ln net.Listener, svc *rpcapi.Service, tlsConfig *tls.Config, httpSrv *http.Server, accessLog bool, logger *slog.Logger) *grpcListener {
+	cfg := rpcapi.GRPCConfig{TLS: tlsConfig, Logger: logger, AccessLog: accessLog,
+		MaxHeaderBytes: httpSrv.MaxHeaderBytes, ReadHeaderTimeout: httpSrv.ReadHeaderTimeout, IdleTimeout: httpSrv.IdleTimeout}
+	return &grpcListener{ln: ln, srv: rpcapi.NewGRPCServer(svc, cfg), done: make(chan struct{})}
 }
 
 // start serves in a goroutine that stop waits for.

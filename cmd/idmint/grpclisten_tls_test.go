@@ -42,12 +42,12 @@ func TestGRPCListener_TLSReload(t *testing.T) {
 	alloc := allocator.New(allocator.Config{Store: m, Logger: quiet, Instance: "test"})
 	t.Cleanup(func() { alloc.Close(context.Background()) })
 	svc := rpcapi.New()
-	httpapi.NewServer(httpapi.Config{Allocator: alloc, Logger: quiet, RPC: svc})
+	api := httpapi.NewServer(httpapi.Config{Allocator: alloc, Logger: quiet, RPC: svc})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := newGRPCListener(ln, svc, r.serverConfig(), quiet)
+	g := newGRPCListener(ln, svc, r.serverConfig(), api.HTTPServer(), false, quiet)
 	g.start()
 	t.Cleanup(func() {
 		if err := g.stop(context.Background()); err != nil {

@@ -325,7 +325,7 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) 
 	grpcFailed := (<-chan struct{})(nil)
 	grpcAddr := "off"
 	if grpcLn != nil {
-		grpcSrv = newGRPCListener(grpcLn, rpc, tlsConfig, logger)
+		grpcSrv = newGRPCListener(grpcLn, rpc, tlsConfig, srv, c.accessLog, logger)
 		grpcAddr = grpcLn.Addr().String()
 	}
 	logger.Info("idmint serving", "listen", ln.Addr().String(), "grpc_listen", grpcAddr, "instance", c.instance, "version", version(),
@@ -470,3 +470,9 @@ func (l *logConfig) logger(w io.Writer) (*slog.Logger, error) {
 	}
 	return nil, fmt.Errorf("--log-format %q: want auto, json or text", l.format)
 }
+
+// The PostgreSQL store is the API's replication source and standby admin.
+var (
+	_ httpapi.ReplicationSource = (*postgres.Store)(nil)
+	_ httpapi.StandbyAdmin      = (*postgres.Store)(nil)
+)

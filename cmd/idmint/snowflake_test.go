@@ -22,6 +22,7 @@ import (
 	"github.com/idmint/idmint/internal/pgtest"
 	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/snowflake"
+	"github.com/idmint/idmint/wire"
 )
 
 // Snowflake flags of the process tests: two worker IDs, a 2 s lease.
@@ -207,7 +208,7 @@ func TestSnowflake_SIGSTOPPastLease(t *testing.T) {
 	pausedBefore := kPaused.count()
 
 	successor.start(t)
-	if st := snowflakeState(t, successor); st.Serving || st.State != httpapi.CodeSnowflakeNoWorker {
+	if st := snowflakeState(t, successor); st.Serving || st.State != wire.CodeSnowflakeNoWorker {
 		t.Fatalf("successor with both worker ids held: %+v", st)
 	}
 	// The paused process's lease expires: the successor takes worker 0.
@@ -289,7 +290,7 @@ func TestSnowflake_RaceForTheLastWorkerID(t *testing.T) {
 		t.Fatalf("want one winner and one loser: %v %v", winner, loser)
 	}
 	if _, answered, err := fetchID(context.Background(), http.DefaultClient, "http://"+loser.addr+"/snowflake"); !answered || err == nil ||
-		!strings.Contains(err.Error(), "503") || !strings.Contains(err.Error(), httpapi.CodeSnowflakeNoWorker) {
+		!strings.Contains(err.Error(), "503") || !strings.Contains(err.Error(), wire.CodeSnowflakeNoWorker) {
 		t.Fatalf("loser's /snowflake: %v", err)
 	}
 	if _, _, err := fetchID(context.Background(), http.DefaultClient, "http://"+winner.addr+"/snowflake"); err != nil {
@@ -357,7 +358,7 @@ func TestDrill_Snowflake(t *testing.T) {
 
 func TestSnowflakeParse(t *testing.T) {
 	out := idmint(t, "snowflake", "parse", "4214791", "--snowflake-bits", "41/10/12", "--snowflake-epoch", "2025-01-01T00:00:00Z")
-	var p httpapi.ParsedSnowflake
+	var p wire.ParsedSnowflake
 	if err := json.Unmarshal([]byte(out), &p); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/idmint/idmint/internal/toxic"
 	"github.com/idmint/idmint/lease"
 	"github.com/idmint/idmint/snowflake"
+	"github.com/idmint/idmint/wire"
 )
 
 // oneWorkerBit has worker IDs 0 and 1 only: a worker ID given up is the
@@ -189,7 +190,7 @@ func TestSnowflake_OutagePastLeaseWindow(t *testing.T) {
 		return h.Serving && h.WindowRemainingMS < first.WindowRemainingMS
 	})
 	testutil.Eventually(t, 2*ttl, "the window to end", func() bool {
-		return snowflakeHealth(t, client, api.URL).State == httpapi.CodeSnowflakeLeaseExpired
+		return snowflakeHealth(t, client, api.URL).State == wire.CodeSnowflakeLeaseExpired
 	})
 	ended := snowflakeHealth(t, client, api.URL)
 	if ended.Serving || ended.WindowRemainingMS != 0 || ended.WindowEnd == nil || ended.Epoch != before.Epoch {
@@ -253,8 +254,8 @@ func TestSnowflake_OutagePastLeaseWindow(t *testing.T) {
 			}
 		}
 	}
-	if codes[httpapi.CodeSnowflakeLeaseExpired] == 0 || len(codes) != 1 {
-		t.Fatalf("refusals during the outage: %v, want %s only", codes, httpapi.CodeSnowflakeLeaseExpired)
+	if codes[wire.CodeSnowflakeLeaseExpired] == 0 || len(codes) != 1 {
+		t.Fatalf("refusals during the outage: %v, want %s only", codes, wire.CodeSnowflakeLeaseExpired)
 	}
 	if servedInOutage == 0 {
 		t.Fatal("nothing served after the cut: the window did not carry the outage's start")

@@ -96,7 +96,7 @@ func errCode(body []byte) string {
 	return e.Error.Code
 }
 
-// codeNotHolder is httpapi.CodeNotHolder, spelled out so that the test also
+// codeNotHolder is wire.CodeNotHolder, spelled out so that the test also
 // builds, and fails, against a server without holders.
 const codeNotHolder = "not_holder"
 

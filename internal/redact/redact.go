@@ -4,10 +4,7 @@ import (
 	"net"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
-
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Placeholder stands where a detail was taken out.
@@ -107,6 +104,16 @@ func Error(err error) string {
 
 // secrets returns the details that the errors in err's tree carry, longest
 // first so that a host name goes before a shorter name it contains.
+// finders are the secret finders of drivers (AddSecrets), each asked
+// about every error of a chain.
+var finders []func(error) []string
+
+// AddSecrets adds f, which returns what of one error (not its chain) is a
+// secret: a driver's connect error knows its user, password, database and
+// hosts (internal/redact/pgsecrets adds pgconn's). Call it from an init
+// function: the list is read without a lock.
+func AddSecrets(f func(error) []string) { finders = append(finders, f) }
+
 func secrets(err error) []string {
 	var out []string
 	add := func(ss ...string) {
@@ -126,19 +133,10 @@ func secrets(err error) []string {
 		}
 	}
 	walk(err, func(e error) {
+		for _, f := range finders {
+			add(f(e)...)
+		}
 		switch e := e.(type) {
-		case *pgconn.ConnectError:
-			if c := e.Config; c != nil {
-				add(c.User, c.Password, c.Database, c.Host)
-				if c.Port != 0 {
-					add(net.JoinHostPort(c.Host, strconv.Itoa(int(c.Port))))
-				}
-				for _, f := range c.Fallbacks {
-					if f != nil {
-						add(f.Host, net.JoinHostPort(f.Host, strconv.Itoa(int(f.Port))))
-					}
-				}
-			}
 		case *net.DNSError:
 			add(e.Name, e.Server)
 		case *net.OpError:
