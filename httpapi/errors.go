@@ -78,6 +78,18 @@ func newError(code, message string) *core.Error { return core.NewError(code, mes
 // redacted (at most one line a second per code: see failureLog). The
 // reply's message is redacted too, and never holds a stack trace or SQL.
 func (s *Server) WriteError(w http.ResponseWriter, r *http.Request, err error) {
+	rule, status := s.noteError(w, r, err)
+	var body wire.ErrorBody
+	body.Error.Code = rule.Code
+	body.Error.Message = rule.Public(err)
+	writeJSON(w, status, body)
+}
+
+// noteError does for err what every error reply does whatever its body:
+// it counts a refusal not counted where it was born, logs a 5xx, and sets
+// the WWW-Authenticate and Retry-After headers err's row asks for. It
+// returns the row and the HTTP status of err.
+func (s *Server) noteError(w http.ResponseWriter, r *http.Request, err error) (*core.Rule, int) {
 	rule := core.Lookup(err)
 	status := statusOf(rule)
 	if rule.Refusal && !core.Counted(err) {
@@ -91,10 +103,7 @@ func (s *Server) WriteError(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("WWW-Authenticate", ae.Challenge)
 	}
 	setRetryAfter(w, rule, err)
-	var body wire.ErrorBody
-	body.Error.Code = rule.Code
-	body.Error.Message = rule.Public(err)
-	writeJSON(w, status, body)
+	return rule, status
 }
 
 // setRetryAfter sets the Retry-After header that err's row asks for, if

@@ -48,6 +48,14 @@ func (s *Server) routes() *chi.Mux {
 		r.Get("/snowflake/parse", s.handleSnowflakeParse)
 		s.cfg.Metrics.reg.MustRegister(newSnowflakeCollector(s.cfg.Snowflake))
 	}
+	// Leaf's routes (core: NextID, NextSnowflake), for callers written for
+	// Leaf (leaf.go).
+	if s.cfg.LeafRoutes {
+		r.Get(leafSegmentPath, s.handleLeafSegment)
+		if c.SnowflakeOn() {
+			r.Get(leafSnowflakePath, s.handleLeafSnowflake)
+		}
+	}
 	// Admin (core: the tag, token and standby operations).
 	if c.AdminOn() {
 		r.Get("/v1/tags", s.handleListTags)

@@ -31,6 +31,9 @@ type Config struct {
 	RequestTimeout time.Duration
 	// PingTimeout bounds the database check of /id/health (default 1s).
 	PingTimeout time.Duration
+	// LeafRoutes serves Leaf's routes, GET /api/segment/get/{key} and
+	// /api/snowflake/get/{key}, with Leaf's plain-text replies (leaf.go).
+	LeafRoutes bool
 	// AccessLog logs one line per request (default off: at tens of
 	// thousands of requests per second the log costs more than the ID).
 	AccessLog bool

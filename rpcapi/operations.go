@@ -51,14 +51,16 @@ var operations = []operation{
 // notOperations are the HTTP routes that are no procedure: /id/health is
 // the standard health service; the others are for browsers and scrapers.
 var notOperations = map[string]string{
-	"GET /id/health":    "grpc.health.v1.Health/Check",
-	"GET /id/live":      "liveness for HTTP probes: it asks nothing of the core",
-	"GET /id/dashboard": "a web page",
-	"GET /metrics":      "Prometheus",
-	"GET /openapi.yaml": "the OpenAPI document; reflection describes the RPCs",
-	"GET /id/login":     "the dashboard's login form, for browsers",
-	"POST /id/login":    "the dashboard's login, for browsers",
-	"POST /id/logout":   "the dashboard's logout, for browsers",
+	"GET /id/health":               "grpc.health.v1.Health/Check",
+	"GET /id/live":                 "liveness for HTTP probes: it asks nothing of the core",
+	"GET /id/dashboard":            "a web page",
+	"GET /metrics":                 "Prometheus",
+	"GET /openapi.yaml":            "the OpenAPI document; reflection describes the RPCs",
+	"GET /id/login":                "the dashboard's login form, for browsers",
+	"POST /id/login":               "the dashboard's login, for browsers",
+	"POST /id/logout":              "the dashboard's logout, for browsers",
+	"GET /api/segment/get/{key}":   "Leaf's route for Leaf's callers: NextID",
+	"GET /api/snowflake/get/{key}": "Leaf's route for Leaf's callers: NextSnowflake",
 }
 
 // byProcedure indexes operations.

@@ -37,6 +37,7 @@ type serveConfig struct {
 	shutdownTimeout time.Duration
 	pruneAfter      time.Duration
 	accessLog       bool
+	leafRoutes      bool
 	cpuProfile      string
 	log             logConfig
 	snowflake       snowflakeConfig
@@ -139,6 +140,7 @@ func serveFlags(fs *flag.FlagSet) runFunc {
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 15*time.Second, "longest graceful shutdown waits for in-flight requests, and again for the rest to stop")
 	fs.DurationVar(&c.pruneAfter, "prune-after", 7*24*time.Hour, fmt.Sprintf("delete segment-log rows older than this (0 keeps them; at least %v)", minPruneAfter))
 	fs.BoolVar(&c.accessLog, "access-log", false, "log one line per HTTP request (off by default: it costs more than the ID)")
+	fs.BoolVar(&c.leafRoutes, "leaf-routes", true, "serve Leaf's routes, GET /api/segment/get/{key} and /api/snowflake/get/{key}, with Leaf's plain-text replies (docs/from-leaf.md)")
 	fs.StringVar(&c.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run to this file (for go tool pprof)")
 	replicas := fs.String("replicas-required", "auto",
 		"PostgreSQL standbys that must have a grant's WAL before its ids are served: auto (every server that could be promoted: connected standbys, unused physical slots, standbys remembered on this timeline), off, or N (auto and at least N standbys)")
@@ -289,6 +291,7 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) 
 		MaxCount:       c.maxCount,
 		RequestTimeout: c.requestTimeout,
 		AccessLog:      c.accessLog,
+		LeafRoutes:     c.leafRoutes,
 		Metrics:        metrics,
 		Replication:    replication,
 		Logger:         logger,

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -75,5 +77,17 @@ func TestTagImport(t *testing.T) {
 		if id, err := strconv.ParseInt(one.ID, 10, 64); err != nil || id <= above {
 			t.Fatalf("%s: first ID %s, want above %d", tag, one.ID, above)
 		}
+	}
+
+	// Leaf's callers, on Leaf's route, get the bare number, above the
+	// export too.
+	resp, err := http.Get(base + "/api/segment/get/order")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if id, err := strconv.ParseInt(string(body), 10, 64); resp.StatusCode != 200 || err != nil || id <= 4000011 {
+		t.Fatalf("GET /api/segment/get/order: %d %q, want a bare ID above 4000011", resp.StatusCode, body)
 	}
 }
