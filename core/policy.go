@@ -26,14 +26,17 @@ const (
 
 // Precheck returns the refusal that access control a answers the caller
 // whatever its call holds, from its credentials alone: where a needs a
-// token, none, or a malformed, unknown or revoked one; nil otherwise. It
-// checks no scope and charges no limit: the operation does all that, once
-// it runs. An adapter calls it before it reads a call's body or message,
+// token, none, or a malformed, unknown or revoked one; for the admin
+// operations also a token without the admin scope; nil otherwise. It
+// charges no limit and checks no tag's scope (the tag is in the body): the
+// operation does that, once it runs. An adapter calls it before it reads a call's body or message,
 // so that a caller the operation would refuse costs no inflating or
 // parsing (invariant 8).
 func (c *Core) Precheck(ctx context.Context, who Caller, a Access) error {
 	switch {
 	case a == AccessAdmin:
+		_, err := c.admin(ctx, who)
+		return err
 	case a == AccessIDs && c.cfg.Auth.IDs == AuthToken:
 	case a == AccessMonitoring && c.cfg.Auth.ProtectMonitoring:
 	default:

@@ -147,3 +147,21 @@ func TestCore_RefusalsCounted(t *testing.T) {
 		t.Fatalf("Counted: 401 %v, 403 %v, 400 %v; want true, true, false", core.Counted(err401), core.Counted(err403), core.Counted(err400))
 	}
 }
+
+// TestCore_PrecheckAdminScope: the admin operations' precheck, which an
+// adapter runs before it reads a body, refuses a valid token without the
+// admin scope too, so that such a caller's body is never read.
+func TestCore_PrecheckAdminScope(t *testing.T) {
+	c, bearer, _ := policyCore(t, core.AuthToken)
+	ctx := context.Background()
+	holder := core.NewCaller([]string{bearer}, "10.0.0.1:1")
+	if got := codeOf(c.Precheck(ctx, holder, core.AccessAdmin)); got != wire.CodeForbidden {
+		t.Fatalf("Precheck(admin) of an ids:order token = %q, want %q", got, wire.CodeForbidden)
+	}
+	if got := codeOf(c.Precheck(ctx, holder, core.AccessIDs)); got != "" {
+		t.Fatalf("Precheck(ids) of an ids:order token = %q, want it let through (the tag is in the body)", got)
+	}
+	if got := codeOf(c.Precheck(ctx, core.NewCaller(nil, "10.0.0.1:1"), core.AccessAdmin)); got != wire.CodeUnauthorized {
+		t.Fatalf("Precheck(admin) without a token = %q, want %q", got, wire.CodeUnauthorized)
+	}
+}
