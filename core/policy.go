@@ -34,18 +34,24 @@ const (
 // parsing (invariant 8).
 func (c *Core) Precheck(ctx context.Context, who Caller, a Access) error {
 	switch {
+	case !c.Prechecks(a):
+		return nil
 	case a == AccessAdmin:
 		_, err := c.admin(ctx, who)
 		return err
-	case a == AccessIDs && c.cfg.Auth.IDs == AuthToken:
-	case a == AccessMonitoring && c.cfg.Auth.ProtectMonitoring:
-	default:
-		return nil
 	}
 	if _, err := c.auth.authenticate(ctx, who); err != nil {
 		return c.refuse(err)
 	}
 	return nil
+}
+
+// Prechecks reports whether Precheck of a can refuse a caller: a transport
+// need not make a call of what it cannot (the open mode's IDs) before its
+// message.
+func (c *Core) Prechecks(a Access) bool {
+	return a == AccessAdmin || a == AccessIDs && c.cfg.Auth.IDs == AuthToken ||
+		a == AccessMonitoring && c.cfg.Auth.ProtectMonitoring
 }
 
 // Principal is a caller's valid token, as access control resolved it.

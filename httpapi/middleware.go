@@ -1,16 +1,12 @@
 package httpapi
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/base32"
 	"net/http"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
@@ -40,14 +36,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	ex.route.Routes = s.router
 	start := s.cfg.Now()
 	rc := &requestContext{
-		Context: r.Context(),
-		srv:     s,
-		start:   start,
-		route:   &ex.route,
-		header:  r.Header,
-		seq:     s.requestSeq.Add(1),
-		prefix:  s.requestPrefix,
+		route:  &ex.route,
+		header: r.Header,
+		seq:    s.requestSeq.Add(1),
+		prefix: s.requestPrefix,
 	}
+	s.core.Bound(&rc.Bounded, r.Context(), start)
 	// One WithContext for everything: chi finds its routing context in rc
 	// and does not make its own.
 	r = r.WithContext(rc)
@@ -60,7 +54,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 				"request_id", rc.requestID(), "stack", string(stack()))
 			s.WriteError(&ex.rec, r, newError(wire.CodeInternal, "internal error"))
 		}
-		rc.finish()
+		rc.Finish()
 		elapsed := s.cfg.Now().Sub(start)
 		status := ex.rec.statusCode()
 		s.cfg.Metrics.route(ex.route.RoutePattern()).observe(status, elapsed)
@@ -79,49 +73,16 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 
 // requestContext is a request's context. It answers chi's routing context
 // and the request ID (chi's middleware.GetReqID and core.RequestID work on
-// it), and it bounds the request's time lazily: the deadline is known from
-// the start, but the timer behind Done exists only once something waits on
-// it, which a request served from memory never does.
+// it), and it bounds the request's time lazily (core.Bounded): the timer
+// behind Done exists only once something waits on it, which a request
+// served from memory never does.
 type requestContext struct {
-	context.Context // the server's: cancelled when the client goes away
-	srv             *Server
-	start           time.Time // when the request came
-	// deadline is start plus the server's request timeout at the round
-	// trip of the moment, worked out on first use (deadlineOnce): most
-	// requests are served from memory and never ask.
-	deadlineOnce sync.Once
-	deadline     time.Time
+	core.Bounded // the server's context: cancelled when the client goes away
 	route        *chi.Context
 	header       http.Header
 	seq          uint64
 	prefix       string
-
-	once    sync.Once
-	made    atomic.Bool     // set once bounded is made
-	bounded context.Context // Context with the deadline, made by bound
-	cancel  context.CancelFunc
 }
-
-// Deadline implements context.Context.
-func (c *requestContext) Deadline() (time.Time, bool) {
-	own := c.ownDeadline()
-	if d, ok := c.Context.Deadline(); ok && d.Before(own) {
-		return d, true
-	}
-	return own, true
-}
-
-// ownDeadline returns the request's deadline, working it out once.
-func (c *requestContext) ownDeadline() time.Time {
-	c.deadlineOnce.Do(func() { c.deadline = c.start.Add(c.srv.requestTimeout()) })
-	return c.deadline
-}
-
-// Done implements context.Context; the first call starts the timer.
-func (c *requestContext) Done() <-chan struct{} { return c.bound().Done() }
-
-// Err implements context.Context.
-func (c *requestContext) Err() error { return c.bound().Err() }
 
 // Value implements context.Context.
 func (c *requestContext) Value(key any) any {
@@ -131,42 +92,7 @@ func (c *requestContext) Value(key any) any {
 	case middleware.RequestIDKey, core.RequestIDKey:
 		return c.requestID()
 	}
-	// Once the bounded context exists, keys of the context package itself
-	// (how a child finds its parent's cancellation) must see it.
-	if c.made.Load() {
-		return c.bounded.Value(key)
-	}
-	return c.Context.Value(key)
-}
-
-// bound returns the request's context with its deadline, making it on first
-// use. After finish it is the server's context, which net/http cancels once
-// the request is done.
-func (c *requestContext) bound() context.Context {
-	c.once.Do(func() {
-		c.bounded, c.cancel = context.WithDeadline(c.Context, c.ownDeadline())
-		c.made.Store(true)
-	})
-	if c.bounded == nil {
-		return c.Context
-	}
-	return c.bounded
-}
-
-// finish stops the timer, if one was started.
-func (c *requestContext) finish() {
-	c.once.Do(func() {})
-	if c.cancel != nil {
-		c.cancel()
-	}
-}
-
-// requestTimeout bounds one request: RequestTimeout, or as long as one
-// store call may take at the database's round trip when that is more (a
-// cold tag's first fetch, a range grant, an admin call to a database a WAN
-// away), as the allocator's own waits follow it.
-func (s *Server) requestTimeout() time.Duration {
-	return s.core.RequestTimeout()
+	return c.Bounded.Value(key)
 }
 
 // requestID is the request's X-Request-Id header, or else a name made of

@@ -184,35 +184,54 @@ func (g *grpcServer) wrap(desc *grpc.ServiceDesc, keep func(procedure string) bo
 	return &d
 }
 
-// grpcCall is one unary call, made in the tap: its caller, its context
-// (the request ID and the core's bounded wait) and when it began.
+// grpcCall is one unary call and its context: its caller, its request ID
+// and the core's bounded wait (core.Bounded). It is made in the handler's
+// goroutine (call), not in the tap, which runs in the connection's reader:
+// what the tap spends, every call on the connection waits for.
 type grpcCall struct {
-	c      caller
-	addr   string
-	id     string
-	start  time.Time
-	ctx    context.Context
-	cancel context.CancelFunc
+	core.Bounded
+	g    *grpcServer
+	c    caller
+	addr string
+	id   string // the caller's x-request-id; "" when it sent none usable
+	seq  uint64 // this listener's number of the call, named only when asked
 }
 
 type grpcCallKey struct{}
 
-// begin makes the call from ctx (the stream's: its peer) and md. Its
-// request ID is the caller's x-request-id when it sent a usable one, as
-// X-Request-Id on HTTP, else this listener's next.
-func (g *grpcServer) begin(ctx context.Context, md metadata.MD) *grpcCall {
-	rc := &grpcCall{start: time.Now()}
+// Value implements context.Context: the call itself, its request ID, and
+// the rest from the stream's context.
+func (rc *grpcCall) Value(key any) any {
+	switch key {
+	case grpcCallKey{}:
+		return rc
+	case core.RequestIDKey:
+		return rc.requestID()
+	}
+	return rc.Bounded.Value(key)
+}
+
+// requestID is the caller's x-request-id when it sent a usable one, as
+// X-Request-Id on HTTP, else this listener's name of the call.
+func (rc *grpcCall) requestID() string {
+	if rc.id != "" {
+		return rc.id
+	}
+	return rc.g.prefix + "-" + strconv.FormatUint(rc.seq, 10)
+}
+
+// begin makes the call of the stream whose context is ctx (its peer),
+// from its authorization and x-request-id metadata.
+func (g *grpcServer) begin(ctx context.Context, authorization, requestID []string) *grpcCall {
+	rc := &grpcCall{g: g, seq: g.seq.Add(1)}
+	g.s.core.Bound(&rc.Bounded, ctx, time.Now())
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		rc.addr = p.Addr.String()
 	}
-	rc.c = newCaller(md["authorization"], rc.addr)
-	if v := md[requestIDKey]; len(v) > 0 && usableRequestID(v[0]) {
-		rc.id = v[0]
-	} else {
-		rc.id = g.prefix + "-" + strconv.FormatUint(g.seq.Add(1), 10)
+	rc.c = newCaller(authorization, rc.addr)
+	if len(requestID) > 0 && usableRequestID(requestID[0]) {
+		rc.id = requestID[0]
 	}
-	ctx = core.WithRequestID(context.WithValue(ctx, grpcCallKey{}, rc), rc.id)
-	rc.ctx, rc.cancel = context.WithTimeout(ctx, g.s.core.RequestTimeout())
 	return rc
 }
 
@@ -220,12 +239,12 @@ func (g *grpcServer) begin(ctx context.Context, md metadata.MD) *grpcCall {
 // HTTP status its outcome has on the HTTP port), logs it with AccessLog,
 // and releases its timer.
 func (g *grpcServer) end(rc *grpcCall, route string, status int) {
-	rc.cancel()
-	elapsed := time.Since(rc.start)
+	rc.Finish()
+	elapsed := time.Since(rc.Start())
 	g.s.core.Observe(route, status, elapsed)
 	if g.accessLog {
 		g.logger.Info("grpc", "procedure", route, "status", status, "duration", elapsed,
-			"remote", rc.addr, "request_id", rc.id)
+			"remote", rc.addr, "request_id", rc.requestID())
 	}
 }
 
@@ -257,44 +276,44 @@ func requestPrefix() string {
 const requestIDKey = "x-request-id"
 
 // tap runs when a call's headers arrive, before anything of its message is
-// read (grpc-go calls it from the connection's reader): a unary procedure
-// gets its call, and a caller its access control refuses from the
-// metadata alone is answered at once, the rest of its stream reset
-// unread. grpc-go cannot run an interceptor this early: a unary handler
-// decodes its message before interceptors run.
+// read (grpc-go calls it from the connection's reader): a caller of a
+// unary procedure that its access control refuses from the metadata alone
+// is answered at once, the rest of its stream reset unread. grpc-go cannot
+// run an interceptor this early: a unary handler decodes its message
+// before interceptors run. A procedure whose access control cannot refuse
+// anyone here (the open mode's IDs) costs the tap one lookup.
 func (g *grpcServer) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
-	if !g.unary[info.FullMethodName] {
+	if !g.unary[info.FullMethodName] || !g.s.prechecks(info.FullMethodName) {
 		return ctx, nil
 	}
-	rc := g.begin(ctx, info.Header)
-	if err := g.s.precheck(rc.ctx, info.FullMethodName, rc.c); err != nil {
-		ce := connectError(rc.ctx, err)
-		g.end(rc, info.FullMethodName, httpStatusOf(ce.Code()))
-		return nil, grpcStatus(ce).Err()
+	rc := g.begin(ctx, info.Header["authorization"], info.Header[requestIDKey])
+	err := g.s.precheck(rc, info.FullMethodName, rc.c)
+	if err == nil {
+		rc.Finish()
+		return ctx, nil
 	}
-	return rc.ctx, nil
+	ce := connectError(rc, err)
+	g.end(rc, info.FullMethodName, httpStatusOf(ce.Code()))
+	return nil, grpcStatus(ce).Err()
 }
 
 // call runs a unary procedure's generated handler h (decode, then the
-// typed procedure) in the call the tap made, turns its error into a gRPC
-// status carrying its details, recovers a panic as Internal, and ends the
-// call.
+// typed procedure) in its call, turns its error into a gRPC status
+// carrying its details, recovers a panic as Internal, and ends the call.
 func (g *grpcServer) call(procedure string, h grpc.MethodHandler) grpc.MethodHandler {
 	return func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (reply any, err error) {
-		rc, _ := ctx.Value(grpcCallKey{}).(*grpcCall)
-		if rc == nil { // not through the tap: cannot happen with NewGRPCServer's options
-			return nil, status.Error(codes.Internal, errInternal.Error())
-		}
+		rc := g.begin(ctx, metadata.ValueFromIncomingContext(ctx, "authorization"),
+			metadata.ValueFromIncomingContext(ctx, requestIDKey))
 		code := codes.OK
 		defer func() {
 			if v := recover(); v != nil {
 				g.logger.Error("panic serving call", "procedure", procedure, "panic", fmt.Sprint(v),
-					"request_id", rc.id, "stack", string(debug.Stack()))
+					"request_id", rc.requestID(), "stack", string(debug.Stack()))
 				reply, err, code = nil, status.Error(codes.Internal, errInternal.Error()), codes.Internal
 			}
 			g.end(rc, procedure, httpStatusOf(connect.Code(code)))
 		}()
-		reply, err = h(srv, rc.ctx, dec, nil)
+		reply, err = h(srv, rc, dec, nil)
 		if err == nil {
 			return reply, nil
 		}
@@ -303,7 +322,7 @@ func (g *grpcServer) call(procedure string, h grpc.MethodHandler) grpc.MethodHan
 			code = st.Code()
 			return nil, err
 		}
-		ce := connectError(rc.ctx, err)
+		ce := connectError(rc, err)
 		code = codes.Code(ce.Code())
 		if v := ce.Meta().Get("Retry-After"); v != "" {
 			_ = grpc.SetTrailer(ctx, metadata.Pairs("retry-after", v))

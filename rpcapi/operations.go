@@ -78,14 +78,23 @@ var byProcedure = func() map[string]*operation {
 // unknown or revoked one. The health service is behind monitoring's; an
 // unknown procedure asks nothing (it is answered Unimplemented).
 func (s *Service) precheck(ctx context.Context, procedure string, c caller) error {
-	a := core.AccessOpen
+	return s.core.Precheck(ctx, c, accessOf(procedure))
+}
+
+// prechecks reports whether precheck can refuse a caller of procedure.
+func (s *Service) prechecks(procedure string) bool {
+	return s.core.Prechecks(accessOf(procedure))
+}
+
+// accessOf is procedure's access control: its operation's, monitoring's
+// for the health service, none for a procedure unknown (it is answered
+// Unimplemented).
+func accessOf(procedure string) core.Access {
 	if op := byProcedure[procedure]; op != nil {
-		a = op.access
-	} else if isHealth(procedure) {
-		a = core.AccessMonitoring
+		return op.access
 	}
-	if a == core.AccessOpen {
-		return nil
+	if isHealth(procedure) {
+		return core.AccessMonitoring
 	}
-	return s.core.Precheck(ctx, c, a)
+	return core.AccessOpen
 }
