@@ -693,6 +693,12 @@ const closeWait = 2 * time.Second
 // count as abandoned until the owner gives them back (GaveBack); logging them
 // is the owner's job, as only it knows which. Take fails with ErrClosed
 // afterwards.
+//
+// Close waits min(2 s, LoadTimeout) for a load in flight, then cancels it
+// and waits for its Loader to return (see Loader): a reply that lands
+// after that cancel is reported with the rest, never served. So every ID of
+// every range the buffer received is, when Close returns, handed out or
+// among the ranges it returns (counted abandoned until given back).
 func (b *Buffer) Close() []Range {
 	b.mu.Lock()
 	if b.closed {

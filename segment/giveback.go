@@ -2,18 +2,24 @@ package segment
 
 import (
 	"context"
+	"errors"
 	"fmt"
 )
 
-// closeBuffer closes one tag's buffer and gives back what it can of the
-// unused IDs, newest first; the rest is logged as abandoned. Each range
-// given back leaves the source's high-water mark just below it, at the
-// end of the unused range before it when the two touch: that one goes back
-// next.
-func (s *Set) closeBuffer(ctx context.Context, tag string, b *Buffer) error {
-	unused := b.Close()
+// giveBack gives back what it can of the unused ranges of tag's closed
+// buffer b, newest first; the rest is logged as abandoned (b counts it
+// so until it is given back). Each range given back leaves the source's
+// high-water mark just below it, at the end of the unused range before it
+// when the two touch: that one goes back next. settled says that no ask
+// of the tag can still be granted a range (see Set.Close): without it,
+// nothing goes back.
+func (s *Set) giveBack(ctx context.Context, tag string, b *Buffer, unused []Range, settled bool) error {
+	if !settled && len(unused) > 0 {
+		s.cfg.Logger.Info("did not give back unused ids: a request of the tag is unsettled and could still be granted a range above them; they stay a gap",
+			"biz_tag", tag)
+	}
 	var err error
-	for len(unused) > 0 {
+	for settled && len(unused) > 0 {
 		r := unused[len(unused)-1]
 		ask, ok := s.askOf(tag, r.Last)
 		if !ok {
@@ -67,7 +73,10 @@ func (t *tagState) askOfLocked(last int64) (Ask, bool) {
 // range committed for it is never served, and is logged and counted as
 // abandoned; one not found (or not reachable) is logged as an abandoned
 // request, whose range the source's log has if it committed after all.
-func (s *Set) settlePending(ctx context.Context) {
+// It returns the tags left with such an ask: one may still be granted a
+// range (a statement the source runs on after its caller stopped
+// waiting), so their tails must not go back.
+func (s *Set) settlePending(ctx context.Context) (unsettled map[string]bool) {
 	s.mu.Lock()
 	pending := make(map[string][]*Ask)
 	for tag, t := range s.tags {
@@ -76,16 +85,21 @@ func (s *Set) settlePending(ctx context.Context) {
 		}
 	}
 	s.mu.Unlock()
+	unsettled = make(map[string]bool)
 	for tag, asks := range pending {
 		for _, ask := range asks {
 			g, err := s.cfg.Source.Lookup(ctx, *ask)
 			if err != nil {
 				s.abandonedRequest(*ask, fmt.Sprintf("unsettled at shutdown (%v)", err))
+				if !errors.Is(err, ErrNotHeld) {
+					unsettled[tag] = true
+				}
 				continue
 			}
 			s.abandon(tag, []Range{g.Range})
 		}
 	}
+	return unsettled
 }
 
 // takePendingLocked takes every unsettled ask of the tag, oldest first.

@@ -27,6 +27,8 @@ type Grant struct {
 
 // Loader fetches the next range for a buffer. size 0 asks for the tag's own
 // step. Load may grant another size than asked (the store has the last word).
+// It returns soon after ctx ends (Buffer.Close waits for it then), with the
+// range if one was granted meanwhile: Close reports that range as unused.
 type Loader interface {
 	Load(ctx context.Context, size int64) (Grant, error)
 }

@@ -321,9 +321,17 @@ func (s *Set) stats(b *Buffer) Stats {
 // Close stops every tag's background loads and waits for them. IDs granted
 // but not handed out are abandoned (a gap), except the unused tail of each
 // tag's newest range, which goes back to the source when nobody was
-// granted anything after it (see closeBuffer). Asks still unsettled
-// are looked up once, to log what they were granted. Next fails with
+// granted anything after it (see giveBack). Asks still unsettled are
+// looked up once, to log what they were granted. Next fails with
 // ErrClosed after. ctx bounds the give-backs and lookups.
+//
+// The give-backs come last: every buffer closes first, the served ones and
+// those forget is closing, so that no load of the Set is in flight, and
+// then every unsettled ask is looked up. A tail given back while a load of
+// its tag could still be granted a range would be lost: that load's ask
+// carries the tag's floor, at or above the tail, so the source raises its
+// high-water mark back over the tail and grants above it, and the tail's
+// IDs, given back, are never granted again nor counted abandoned.
 func (s *Set) Close(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
@@ -335,7 +343,10 @@ func (s *Set) Close(ctx context.Context) error {
 	bufs := s.buffersLocked()
 	s.mu.Unlock()
 
-	// Tags close side by side: each may wait for a load in flight.
+	unused := closeBuffers(bufs)
+	s.closing.Wait()
+	unsettled := s.settlePending(ctx)
+	// Tags give back side by side.
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
@@ -343,7 +354,7 @@ func (s *Set) Close(ctx context.Context) error {
 	)
 	for tag, b := range bufs {
 		wg.Go(func() {
-			if err := s.closeBuffer(ctx, tag, b); err != nil {
+			if err := s.giveBack(ctx, tag, b, unused[tag], !unsettled[tag]); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
@@ -351,9 +362,27 @@ func (s *Set) Close(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
-	s.closing.Wait()
-	s.settlePending(ctx)
 	return errors.Join(append(errs, ctx.Err())...)
+}
+
+// closeBuffers closes bufs side by side, as each may wait for a load in
+// flight, and returns the unused ranges of each tag (see Buffer.Close).
+func closeBuffers(bufs map[string]*Buffer) map[string][]Range {
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		unused = make(map[string][]Range, len(bufs))
+	)
+	for tag, b := range bufs {
+		wg.Go(func() {
+			r := b.Close()
+			mu.Lock()
+			unused[tag] = r
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return unused
 }
 
 // Floor returns the highest ID granted to tag's ranges here (0: none).
