@@ -2,7 +2,6 @@ package allocator
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -126,8 +125,7 @@ func (a *Allocator) Next(ctx context.Context, tag string) (int64, error) {
 // nextSlow is Next for a tag without a published buffer, or when
 // Buffer.TryTake declines (segment used up, or a load to start).
 func (a *Allocator) nextSlow(ctx context.Context, tag string) (int64, error) {
-	id, err := a.set.Next(ctx, tag)
-	return id, closedErr(err)
+	return a.set.Next(ctx, tag)
 }
 
 // MaxN is the largest count NextN hands out in one call.
@@ -143,7 +141,7 @@ func (a *Allocator) NextN(ctx context.Context, tag string, n int) ([]int64, erro
 		return nil, fmt.Errorf("count %d: must be 1 to %d", n, MaxN)
 	}
 	ids, err := a.set.NextN(ctx, tag, n, make([]int64, 0, n))
-	return ids, closedErr(err)
+	return ids, err
 }
 
 // NextRanges takes n IDs for tag and appends them to dst as increasing
@@ -155,15 +153,7 @@ func (a *Allocator) NextRanges(ctx context.Context, tag string, n int, dst []seg
 		return dst, fmt.Errorf("count %d: must be 1 to %d", n, MaxN)
 	}
 	out, err := a.set.NextRanges(ctx, tag, n, dst)
-	return out, closedErr(err)
-}
-
-// closedErr is err, with the Set's ErrClosed as the allocator's.
-func closedErr(err error) error {
-	if errors.Is(err, segment.ErrClosed) {
-		return ErrClosed
-	}
-	return err
+	return out, err
 }
 
 // Stats returns a snapshot of every loaded tag, sorted by tag.

@@ -31,7 +31,7 @@ var (
 	// time, and the range is refused.
 	ErrRolledBack = segment.ErrRolledBack
 	// ErrClosed means the allocator was closed.
-	ErrClosed = wire.ErrAllocatorClosed
+	ErrClosed = wire.ErrClosed
 
 	// ErrAlreadyGranted is returned by Store.Allocate when the request ID
 	// was granted before: look it up.

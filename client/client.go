@@ -23,8 +23,9 @@ var (
 	// ErrInvalidTag means the tag is not a valid name (see
 	// segment.ValidateTag).
 	ErrInvalidTag = segment.ErrInvalidTag
-	// ErrClosed means the client was closed.
-	ErrClosed = errors.New("client closed")
+	// ErrClosed means the client was closed (segment.ErrClosed, the same
+	// value). An instance's reply that it is shutting down is not it.
+	ErrClosed = segment.ErrClosed
 	// ErrUnavailable means no ID could be handed out in time: both ranges
 	// of the tag are empty and no instance granted a new one. It is worth
 	// a retry; the refusals below are not, and never match it.

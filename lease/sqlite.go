@@ -149,8 +149,8 @@ func heldOne(res sql.Result, err error, l snowflake.Lease) error {
 const nowSQL = `strftime('%Y-%m-%dT%H:%M:%fZ', 'now')`
 
 // write runs fn in a transaction (IMMEDIATE on idmint's connections) and
-// commits it. An error from COMMIT wraps ErrAmbiguous: the acquire, renewal
+// commits it. An error from COMMIT wraps ErrOutcomeUnknown: the acquire, renewal
 // or release may be on disk.
 func (s *SQLite) write(ctx context.Context, fn func(*sql.Tx) error) error {
-	return sqlitetx.Write(ctx, s.db, ErrAmbiguous, fn)
+	return sqlitetx.Write(ctx, s.db, ErrOutcomeUnknown, fn)
 }

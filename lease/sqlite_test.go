@@ -14,7 +14,7 @@ import (
 
 // TestSQLite_FailedCommitIsAmbiguous makes each write's COMMIT fail (a
 // trigger leaves a deferred foreign key broken, which SQLite only checks at
-// COMMIT) and wants ErrAmbiguous: a COMMIT that failed may still be on
+// COMMIT) and wants ErrOutcomeUnknown: a COMMIT that failed may still be on
 // disk, so the caller may not read it as "nothing happened".
 func TestSQLite_FailedCommitIsAmbiguous(t *testing.T) {
 	ctx := ctxT(t)
@@ -58,8 +58,8 @@ BEGIN INSERT INTO broken_child VALUES (42); END`); err != nil {
 	for _, w := range writes {
 		t.Run(w.name, func(t *testing.T) {
 			err := w.write(ctx)
-			if !errors.Is(err, lease.ErrAmbiguous) {
-				t.Fatalf("%s with a failing COMMIT: %v, want lease.ErrAmbiguous", w.name, err)
+			if !errors.Is(err, lease.ErrOutcomeUnknown) {
+				t.Fatalf("%s with a failing COMMIT: %v, want lease.ErrOutcomeUnknown", w.name, err)
 			}
 			if errors.Is(err, snowflake.ErrLeaseLost) || errors.Is(err, snowflake.ErrAllHeld) {
 				t.Fatalf("%s with a failing COMMIT: %v, classified as a definite outcome", w.name, err)

@@ -15,7 +15,7 @@ var (
 	// time. The wrapped error, if any, is the last load failure.
 	ErrUnavailable = wire.ErrUnavailable
 	// ErrClosed means the buffer was closed.
-	ErrClosed = errors.New("buffer closed")
+	ErrClosed = wire.ErrClosed
 	// ErrRolledBack means a granted range started at or below the highest ID
 	// this buffer was ever granted: the database went back in time.
 	ErrRolledBack = wire.ErrRolledBack

@@ -32,7 +32,7 @@ var (
 	// the layout's time bits.
 	ErrTimeExhausted = wire.ErrSnowflakeExhausted
 	// ErrClosed means the node was closed.
-	ErrClosed = wire.ErrSnowflakeClosed
+	ErrClosed = wire.ErrClosed
 
 	// ErrLayoutMismatch is returned by a LeaseStore whose database holds
 	// leases of another layout.

@@ -26,11 +26,22 @@ type Error struct {
 	// decoded marks an error read off the wire: it stands for every error
 	// of its code, so that errors.Is matches it to each sentinel of it.
 	decoded bool
+	// local marks a sentinel of this process's own state (ErrClosed): no
+	// decoded error stands for it, since a server's reply of its code
+	// says nothing of it (an instance shutting down has not closed the
+	// client that asked it).
+	local bool
 }
 
 // NewError returns an error of code with message: how a package's
 // sentinel is born.
 func NewError(code, message string) *Error { return &Error{Code: code, Message: message} }
+
+// NewLocalError returns a sentinel of code that no decoded error matches
+// (see Error.local).
+func NewLocalError(code, message string) *Error {
+	return &Error{Code: code, Message: message, local: true}
+}
 
 func (e *Error) Error() string { return e.Message }
 
@@ -39,7 +50,7 @@ func (e *Error) Error() string { return e.Message }
 // compares it by identity), so two sentinels sharing a code stay apart.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
-	return ok && e.decoded && !t.decoded && t.Code == e.Code
+	return ok && e.decoded && !t.decoded && !t.local && t.Code == e.Code
 }
 
 // CodeOf returns the code err carries (the first *Error in its chain), or
@@ -94,8 +105,11 @@ var (
 	// ErrExhausted: the tag's next segment would pass 2^63-1
 	// (allocator.ErrExhausted).
 	ErrExhausted = NewError(CodeExhausted, "biz_tag exhausted: no ids left below 2^63-1")
-	// ErrAllocatorClosed: the allocator was closed (allocator.ErrClosed).
-	ErrAllocatorClosed = NewError(CodeShuttingDown, "allocator closed")
+	// ErrClosed: what was asked was closed, the instance is stopping: the
+	// allocator, a segment buffer, the Snowflake node, a client
+	// (allocator.ErrClosed, segment.ErrClosed, snowflake.ErrClosed,
+	// client.ErrClosed: one value).
+	ErrClosed = NewLocalError(CodeShuttingDown, "closed")
 	// ErrTagExists: a tag being created exists (allocator.ErrExists).
 	ErrTagExists = NewError(CodeTagExists, "biz_tag already exists")
 	// ErrInvalidTagSpec: tag settings out of bounds (allocator.ErrInvalidSpec).
@@ -126,5 +140,4 @@ var (
 	ErrSnowflakeClockSkew    = NewError(CodeSnowflakeClockSkew, "clock differs from the database's by more than the margin")
 	ErrSnowflakeBackwards    = NewError(CodeSnowflakeBackwards, "clock behind the last timestamp used")
 	ErrSnowflakeExhausted    = NewError(CodeSnowflakeExhausted, "snowflake time bits exhausted")
-	ErrSnowflakeClosed       = NewError(CodeShuttingDown, "snowflake node closed")
 )

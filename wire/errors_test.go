@@ -59,8 +59,17 @@ func TestDecodeError(t *testing.T) {
 // TestError_BornApart: two sentinels born with one code stay two errors:
 // only a decoded error stands for its whole code.
 func TestError_BornApart(t *testing.T) {
-	if errors.Is(wire.ErrInvalidTagSpec, wire.ErrInvalidTokenSpec) || errors.Is(wire.ErrAllocatorClosed, wire.ErrSnowflakeClosed) {
+	if errors.Is(wire.ErrInvalidTagSpec, wire.ErrInvalidTokenSpec)  {
 		t.Fatal("sentinels of one code match each other")
+	}
+	// A server's reply that it is shutting down is not this process's
+	// ErrClosed: a client that took it for its own Close would stop.
+	shutting := wire.DecodeError(503, "1", []byte(`{"error":{"code":"shutting_down","message":"idmint is shutting down"}}`))
+	if errors.Is(shutting, wire.ErrClosed) || errors.Is(fmt.Errorf("load: %w", shutting), wire.ErrClosed) {
+		t.Fatal("a decoded shutting_down matches ErrClosed")
+	}
+	if !errors.Is(fmt.Errorf("next: %w", wire.ErrClosed), wire.ErrClosed) {
+		t.Fatal("ErrClosed does not match itself")
 	}
 	if wire.CodeOf(fmt.Errorf("x: %w", wire.ErrFloorBudget)) != wire.CodeRateLimited || wire.CodeOf(errors.New("x")) != "" {
 		t.Fatal("CodeOf does not read the code an error carries")

@@ -36,9 +36,9 @@ type Row struct {
 // business tag.
 const MaxInput = 64 << 20
 
-// ErrFormat is input that is not a leaf_alloc export, or a row in it that
+// ErrNotExport is input that is not a leaf_alloc export, or a row in it that
 // cannot be a Leaf tag.
-var ErrFormat = errors.New("not a leaf_alloc export")
+var ErrNotExport = errors.New("not a leaf_alloc export")
 
 // columns is leaf_alloc's column order (Leaf's DDL): an export without a
 // header, or an INSERT without a column list, follows it.
@@ -53,7 +53,7 @@ func Parse(r io.Reader) ([]Row, error) {
 		return nil, err
 	}
 	if len(data) > MaxInput {
-		return nil, fmt.Errorf("%w: more than %d MiB", ErrFormat, MaxInput>>20)
+		return nil, fmt.Errorf("%w: more than %d MiB", ErrNotExport, MaxInput>>20)
 	}
 	var rows []Row
 	if isDump(data) {
@@ -65,12 +65,12 @@ func Parse(r io.Reader) ([]Row, error) {
 		return nil, err
 	}
 	if len(rows) == 0 {
-		return nil, fmt.Errorf("%w: no leaf_alloc rows", ErrFormat)
+		return nil, fmt.Errorf("%w: no leaf_alloc rows", ErrNotExport)
 	}
 	seen := make(map[string]int, len(rows))
 	for _, row := range rows {
 		if first, dup := seen[row.Tag]; dup {
-			return nil, fmt.Errorf("%w: line %d: biz_tag %q again (first on line %d)", ErrFormat, row.Line, row.Tag, first)
+			return nil, fmt.Errorf("%w: line %d: biz_tag %q again (first on line %d)", ErrNotExport, row.Line, row.Tag, first)
 		}
 		seen[row.Tag] = row.Line
 	}
@@ -86,7 +86,7 @@ func isDump(data []byte) bool {
 // record makes a Row from named fields, checking each.
 func record(line int, fields map[string]string) (Row, error) {
 	bad := func(format string, args ...any) (Row, error) {
-		return Row{}, fmt.Errorf("%w: line %d: %s", ErrFormat, line, fmt.Sprintf(format, args...))
+		return Row{}, fmt.Errorf("%w: line %d: %s", ErrNotExport, line, fmt.Sprintf(format, args...))
 	}
 	row := Row{Tag: fields["biz_tag"], Description: fields["description"], Line: line}
 	if row.Tag == "" {
@@ -121,7 +121,7 @@ func parseDelimited(data []byte) ([]Row, error) {
 			return rows, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrFormat, err)
+			return nil, fmt.Errorf("%w: %v", ErrNotExport, err)
 		}
 		line, _ := cr.FieldPos(0)
 		if n == 0 && isHeader(rec) {
@@ -130,7 +130,7 @@ func parseDelimited(data []byte) ([]Row, error) {
 				names[i] = strings.ToLower(strings.TrimSpace(strings.TrimPrefix(name, "\ufeff")))
 			}
 			if !hasColumns(names) {
-				return nil, fmt.Errorf("%w: line %d: the header %q lacks biz_tag, max_id or step", ErrFormat, line, strings.Join(rec, ","))
+				return nil, fmt.Errorf("%w: line %d: the header %q lacks biz_tag, max_id or step", ErrNotExport, line, strings.Join(rec, ","))
 			}
 			continue
 		}
@@ -236,7 +236,7 @@ type scanner struct {
 }
 
 func (s *scanner) errorf(format string, args ...any) error {
-	return fmt.Errorf("%w: line %d: %s", ErrFormat, s.line, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: line %d: %s", ErrNotExport, s.line, fmt.Sprintf(format, args...))
 }
 
 func (s *scanner) peek() byte {

@@ -76,8 +76,8 @@ func TestParse_Refuses(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rows, err := leafexport.Parse(strings.NewReader(tt.input))
-			if !errors.Is(err, leafexport.ErrFormat) || !strings.Contains(err.Error(), tt.says) {
-				t.Fatalf("Parse = %+v, %v; want ErrFormat saying %q", rows, err, tt.says)
+			if !errors.Is(err, leafexport.ErrNotExport) || !strings.Contains(err.Error(), tt.says) {
+				t.Fatalf("Parse = %+v, %v; want ErrNotExport saying %q", rows, err, tt.says)
 			}
 		})
 	}
