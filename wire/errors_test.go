@@ -59,7 +59,7 @@ func TestDecodeError(t *testing.T) {
 // TestError_BornApart: two sentinels born with one code stay two errors:
 // only a decoded error stands for its whole code.
 func TestError_BornApart(t *testing.T) {
-	if errors.Is(wire.ErrInvalidTagSpec, wire.ErrInvalidTokenSpec)  {
+	if errors.Is(wire.ErrInvalidTagSpec, wire.ErrInvalidTokenSpec) {
 		t.Fatal("sentinels of one code match each other")
 	}
 	// A server's reply that it is shutting down is not this process's
