@@ -57,6 +57,11 @@ type GRPCConfig struct {
 	MaxHeaderBytes    int
 	ReadHeaderTimeout time.Duration
 	IdleTimeout       time.Duration
+	// Trace, when set, starts the span of each unary call of procedure
+	// from the caller's metadata (its traceparent) and returns the call's
+	// context and the function that ends the span with the call's code
+	// (tracing.Tracing.GRPC); nil traces nothing.
+	Trace func(ctx context.Context, procedure string, md metadata.MD) (context.Context, func(codes.Code))
 }
 
 // DefaultMaxConcurrentStreams is net/http's HTTP/2 default, so that a
@@ -98,7 +103,7 @@ func NewGRPCServer(s *Service, cfg GRPCConfig) *grpc.Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	g := &grpcServer{s: s, logger: cfg.Logger, accessLog: cfg.AccessLog, unary: map[string]bool{}, prefix: requestPrefix()}
+	g := &grpcServer{s: s, logger: cfg.Logger, accessLog: cfg.AccessLog, trace: cfg.Trace, unary: map[string]bool{}, prefix: requestPrefix()}
 	opts := []grpc.ServerOption{
 		grpc.InTapHandle(g.tap),
 		grpc.MaxRecvMsgSize(maxMessageBytes),
@@ -158,6 +163,7 @@ type grpcServer struct {
 	s         *Service
 	logger    *slog.Logger
 	accessLog bool
+	trace     func(ctx context.Context, procedure string, md metadata.MD) (context.Context, func(codes.Code))
 	unary     map[string]bool // full method names; written only by NewGRPCServer
 	prefix    string          // of the request IDs made here
 	seq       atomic.Uint64
@@ -193,15 +199,21 @@ type grpcCall struct {
 	start  time.Time
 	ctx    context.Context
 	cancel context.CancelFunc
+	// endSpan ends the call's span (GRPCConfig.Trace); nil untraced.
+	endSpan func(codes.Code)
 }
 
 type grpcCallKey struct{}
 
-// begin makes the call from ctx (the stream's: its peer) and md. Its
-// request ID is the caller's x-request-id when it sent a usable one, as
-// X-Request-Id on HTTP, else this listener's next.
-func (g *grpcServer) begin(ctx context.Context, md metadata.MD) *grpcCall {
+// begin makes the call of procedure from ctx (the stream's: its peer) and
+// md. Its request ID is the caller's x-request-id when it sent a usable
+// one, as X-Request-Id on HTTP, else this listener's next. With
+// GRPCConfig.Trace its context holds its span.
+func (g *grpcServer) begin(ctx context.Context, procedure string, md metadata.MD) *grpcCall {
 	rc := &grpcCall{start: time.Now()}
+	if g.trace != nil {
+		ctx, rc.endSpan = g.trace(ctx, procedure, md)
+	}
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		rc.addr = p.Addr.String()
 	}
@@ -216,11 +228,15 @@ func (g *grpcServer) begin(ctx context.Context, md metadata.MD) *grpcCall {
 	return rc
 }
 
-// end records the call as a request of route answered with status (the
-// HTTP status its outcome has on the HTTP port), logs it with AccessLog,
-// and releases its timer.
-func (g *grpcServer) end(rc *grpcCall, route string, status int) {
+// end records the call as a request of route answered with code (in the
+// metrics, the HTTP status its outcome has on the HTTP port), logs it with
+// AccessLog, ends its span and releases its timer.
+func (g *grpcServer) end(rc *grpcCall, route string, code codes.Code) {
 	rc.cancel()
+	if rc.endSpan != nil {
+		rc.endSpan(code)
+	}
+	status := httpStatusOf(connect.Code(code))
 	elapsed := time.Since(rc.start)
 	g.s.core.Observe(route, status, elapsed)
 	if g.accessLog {
@@ -266,10 +282,10 @@ func (g *grpcServer) tap(ctx context.Context, info *tap.Info) (context.Context, 
 	if !g.unary[info.FullMethodName] {
 		return ctx, nil
 	}
-	rc := g.begin(ctx, info.Header)
+	rc := g.begin(ctx, info.FullMethodName, info.Header)
 	if err := g.s.precheck(rc.ctx, info.FullMethodName, rc.c); err != nil {
 		ce := connectError(rc.ctx, err)
-		g.end(rc, info.FullMethodName, httpStatusOf(ce.Code()))
+		g.end(rc, info.FullMethodName, codes.Code(ce.Code()))
 		return nil, grpcStatus(ce).Err()
 	}
 	return rc.ctx, nil
@@ -292,7 +308,7 @@ func (g *grpcServer) call(procedure string, h grpc.MethodHandler) grpc.MethodHan
 					"request_id", rc.id, "stack", string(debug.Stack()))
 				reply, err, code = nil, status.Error(codes.Internal, errInternal.Error()), codes.Internal
 			}
-			g.end(rc, procedure, httpStatusOf(connect.Code(code)))
+			g.end(rc, procedure, code)
 		}()
 		reply, err = h(srv, rc.ctx, dec, nil)
 		if err == nil {
