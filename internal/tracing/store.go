@@ -81,7 +81,9 @@ func end(span trace.Span, err error) {
 // Leases returns l with a root span for each lease acquisition, renewal
 // and release of the Snowflake worker ID: the node renews in the
 // background, so each renewal is a trace of its own.
-func (t *Tracing) Leases(l snowflake.LeaseStore) snowflake.LeaseStore { return &leases{LeaseStore: l, t: t} }
+func (t *Tracing) Leases(l snowflake.LeaseStore) snowflake.LeaseStore {
+	return &leases{LeaseStore: l, t: t}
+}
 
 // leases is Tracing.Leases's decorator.
 type leases struct {
