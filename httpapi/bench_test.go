@@ -7,20 +7,31 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/httpapi"
+	"github.com/idmint/idmint/internal/tracing"
 )
 
 // BenchmarkServer_ID measures GET /id end to end over loopback HTTP with
 // keep-alive, metrics and the access log off: the cost a client sees per ID
 // when the buffers are warm (in-memory store; the store is off the hot
 // path). Compare with segment's BenchmarkBuffer_Take: the gap is HTTP.
+// The tracing cases wrap the handler as idmint serve does with the OTEL_*
+// environment set: "plain" is tracing off (no provider, nothing wrapped),
+// "tracing-unsampled" a provider whose sampler records nothing, and
+// "tracing-sampled" one that records every request and exports it (to a
+// no-op exporter, through the batcher).
 func BenchmarkServer_ID(b *testing.B) {
 	for _, bc := range []struct {
 		name    string
 		metrics bool
-	}{{"plain", false}, {"metrics", true}} {
+		sampler sdktrace.Sampler // nil: tracing off
+	}{{"plain", false, nil}, {"metrics", true, nil},
+		{"tracing-unsampled", false, sdktrace.NeverSample()}, {"tracing-sampled", false, sdktrace.AlwaysSample()}} {
 		b.Run(bc.name, func(b *testing.B) {
 			m := memstore.New()
 			if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: 100_000}); err != nil {
@@ -32,10 +43,18 @@ func BenchmarkServer_ID(b *testing.B) {
 			if bc.metrics {
 				cfg.Metrics = httpapi.NewMetrics()
 			}
-			srv := httptest.NewServer(httpapi.NewServer(cfg))
+			api := httpapi.NewServer(cfg)
+			var h http.Handler = api
+			if bc.sampler != nil {
+				tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(bc.sampler), sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+				defer tp.Shutdown(context.Background())
+				h = tracing.New(tp).HTTP(api, api.Router())
+			}
+			srv := httptest.NewServer(h)
 			defer srv.Close()
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 			url := srv.URL + "/id?biz_tag=order"
+			b.ReportAllocs()
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
@@ -52,6 +71,43 @@ func BenchmarkServer_ID(b *testing.B) {
 					}
 				}
 			})
+		})
+	}
+}
+
+// BenchmarkServer_IDHandler measures GET /id through the handler alone (no
+// network, one goroutine), so that allocations and nanoseconds are the
+// server's own: tracing off (the handler as idmint serve mounts it without
+// OTEL_* variables), on but not sampled, and on and sampled.
+func BenchmarkServer_IDHandler(b *testing.B) {
+	for _, bc := range []struct {
+		name    string
+		sampler sdktrace.Sampler // nil: tracing off
+	}{{"off", nil}, {"unsampled", sdktrace.NeverSample()}, {"sampled", sdktrace.AlwaysSample()}} {
+		b.Run(bc.name, func(b *testing.B) {
+			m := memstore.New()
+			if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: 1_000_000}); err != nil {
+				b.Fatal(err)
+			}
+			a := allocator.New(allocator.Config{Store: m, Logger: quiet()})
+			defer a.Close(context.Background())
+			api := httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet()})
+			var h http.Handler = api
+			if bc.sampler != nil {
+				tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(bc.sampler), sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+				defer tp.Shutdown(context.Background())
+				h = tracing.New(tp).HTTP(api, api.Router())
+			}
+			req := httptest.NewRequest(http.MethodGet, "/id?biz_tag=order", nil)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, req)
+				if rec.Code != 200 {
+					b.Fatalf("status %d: %s", rec.Code, rec.Body)
+				}
+			}
 		})
 	}
 }

@@ -3,6 +3,7 @@ package tracing
 import (
 	"net/http"
 	"strings"
+	"sync"
 
 	"github.com/go-chi/chi/v5"
 	"go.opentelemetry.io/otel/codes"
@@ -18,8 +19,13 @@ import (
 // the status, and nothing else of the request.
 func (t *Tracing) HTTP(h http.Handler, routes chi.Routes) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st := httpStates.Get().(*httpState)
+		defer func() {
+			st.sw = statusWriter{}
+			httpStates.Put(st)
+		}()
 		ctx := t.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-		route := routeOf(routes, r)
+		route := routeOf(routes, r, &st.route)
 		method := methodOf(r.Method)
 		opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
 		name := method
@@ -34,7 +40,8 @@ func (t *Tracing) HTTP(h http.Handler, routes chi.Routes) http.Handler {
 		}
 		ctx, span := t.tracer.Start(ctx, name, opts...)
 		defer span.End()
-		sw := &statusWriter{ResponseWriter: w}
+		st.sw = statusWriter{ResponseWriter: w}
+		sw := &st.sw
 		h.ServeHTTP(sw, r.WithContext(ctx))
 		status := sw.statusCode()
 		span.SetAttributes(keyStatus.Int(status))
@@ -44,13 +51,24 @@ func (t *Tracing) HTTP(h http.Handler, routes chi.Routes) http.Handler {
 	})
 }
 
-// routeOf is the pattern of the route r takes, "" when none does.
-func routeOf(routes chi.Routes, r *http.Request) string {
+// httpState is what HTTP needs per request, pooled: the status writer
+// (which net/http lets nobody use once the handler returned) and the
+// routing context it matches the route with.
+type httpState struct {
+	sw    statusWriter
+	route chi.Context
+}
+
+var httpStates = sync.Pool{New: func() any { return new(httpState) }}
+
+// routeOf is the pattern of the route r takes, "" when none does; rctx is
+// the routing context to match it with.
+func routeOf(routes chi.Routes, r *http.Request, rctx *chi.Context) string {
 	path := r.URL.RawPath
 	if path == "" {
 		path = r.URL.Path
 	}
-	rctx := chi.NewRouteContext()
+	rctx.Reset()
 	if !routes.Match(rctx, r.Method, path) {
 		return ""
 	}
