@@ -520,9 +520,9 @@ func (b *Buffer) failFastLocked() error {
 
 // startLoadLocked starts a background load unless one is in flight, a next
 // range is ready, or the buffer is closed. The load runs on behalf of the
-// caller whose take started it, when there is one (trigger, nil if none):
-// its context's values (a trace) go with the load, its cancellation and
-// deadline do not; the buffer's Close cancels it.
+// caller whose take started it, when there is one (trigger; the buffer's
+// own context when none): its context's values (a trace) go with the load,
+// its cancellation and deadline do not; the buffer's Close cancels it.
 func (b *Buffer) startLoadLocked(trigger context.Context) {
 	if b.closed || b.loading || b.next != nil {
 		b.setWantLocked(false) // a load found due that need not be
@@ -568,7 +568,8 @@ func (b *Buffer) issuedLocked() int64 {
 }
 
 // load runs one Loader call and installs its result. The call has the
-// values of trigger's context (nil: none), and ends with the buffer's.
+// values of trigger's context (b.ctx: none but the buffer's), and ends
+// with the buffer's.
 func (b *Buffer) load(trigger context.Context, size int64, done chan struct{}) {
 	defer b.wg.Done()
 	timeout := b.cfg.LoadTimeout
@@ -576,7 +577,7 @@ func (b *Buffer) load(trigger context.Context, size int64, done chan struct{}) {
 		timeout = b.cfg.AdaptTimeout(timeout)
 	}
 	parent := b.ctx
-	if trigger != nil {
+	if trigger != b.ctx {
 		var stop context.CancelFunc
 		parent, stop = context.WithCancel(context.WithoutCancel(trigger))
 		defer context.AfterFunc(b.ctx, stop)()
@@ -685,7 +686,7 @@ func (b *Buffer) grantedLocked(g Grant, latency time.Duration) {
 		if sp.next.Load() > sp.prefetchAt {
 			// The waiters took the threshold, or all of it: the next
 			// load is due now, as it would be after a locked take.
-			b.startLoadLocked(nil)
+			b.startLoadLocked(b.ctx)
 		}
 		return
 	}

@@ -51,7 +51,7 @@ func attrsOf(t *testing.T, s sdktrace.ReadOnlySpan, secrets ...string) map[strin
 		if !allowed[kv.Key] {
 			t.Errorf("span %s: attribute %s is not allowed", s.Name(), kv.Key)
 		}
-		m[string(kv.Key)] = kv.Value.Emit()
+		m[string(kv.Key)] = kv.Value.String()
 	}
 	if len(s.Events()) > 0 {
 		t.Errorf("span %s: events %v", s.Name(), s.Events())
