@@ -43,14 +43,7 @@ func BenchmarkServer_ID(b *testing.B) {
 			if bc.metrics {
 				cfg.Metrics = httpapi.NewMetrics()
 			}
-			api := httpapi.NewServer(cfg)
-			var h http.Handler = api
-			if bc.sampler != nil {
-				tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(bc.sampler), sdktrace.WithBatcher(tracetest.NewNoopExporter()))
-				defer tp.Shutdown(context.Background())
-				h = tracing.New(tp).HTTP(api, api.Router())
-			}
-			srv := httptest.NewServer(h)
+			srv := httptest.NewServer(traced(b, httpapi.NewServer(cfg), bc.sampler))
 			defer srv.Close()
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 			url := srv.URL + "/id?biz_tag=order"
@@ -91,23 +84,35 @@ func BenchmarkServer_IDHandler(b *testing.B) {
 			}
 			a := allocator.New(allocator.Config{Store: m, Logger: quiet()})
 			defer a.Close(context.Background())
-			api := httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet()})
-			var h http.Handler = api
-			if bc.sampler != nil {
-				tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(bc.sampler), sdktrace.WithBatcher(tracetest.NewNoopExporter()))
-				defer tp.Shutdown(context.Background())
-				h = tracing.New(tp).HTTP(api, api.Router())
-			}
-			req := httptest.NewRequest(http.MethodGet, "/id?biz_tag=order", nil)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for b.Loop() {
-				rec := httptest.NewRecorder()
-				h.ServeHTTP(rec, req)
-				if rec.Code != 200 {
-					b.Fatalf("status %d: %s", rec.Code, rec.Body)
-				}
-			}
+			h := traced(b, httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet()}), bc.sampler)
+			benchGet(b, h, httptest.NewRequest(http.MethodGet, "/id?biz_tag=order", nil))
 		})
+	}
+}
+
+// traced returns api as idmint serve mounts it: with sampler nil (tracing
+// off) api itself, else wrapped in tracing over a provider with sampler
+// that exports in batches to a no-op exporter, shut down at cleanup.
+func traced(b *testing.B, api *httpapi.Server, sampler sdktrace.Sampler) http.Handler {
+	b.Helper()
+	if sampler == nil {
+		return api
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler), sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+	b.Cleanup(func() { tp.Shutdown(context.Background()) })
+	return tracing.New(tp).HTTP(api, api.Router())
+}
+
+// benchGet serves req with h b.N times, each answered 200.
+func benchGet(b *testing.B, h http.Handler, req *http.Request) {
+	b.Helper()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != 200 {
+			b.Fatalf("status %d: %s", rec.Code, rec.Body)
+		}
 	}
 }

@@ -50,15 +50,20 @@ type Receiver struct {
 // gzipped or not), stopped on cleanup.
 func NewHTTP(tb testing.TB) *Receiver {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	r := &Receiver{Endpoint: "http://" + ln.Addr().String()}
+	ln, r := listen(tb)
 	srv := &http.Server{Handler: http.HandlerFunc(r.serveHTTP)}
 	go srv.Serve(ln)
 	tb.Cleanup(func() { srv.Close() })
 	return r
+}
+
+// listen opens a loopback port for a receiver.
+func listen(tb testing.TB) (net.Listener, *Receiver) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ln, &Receiver{Endpoint: "http://" + ln.Addr().String()}
 }
 
 func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
@@ -101,11 +106,7 @@ func (r *Receiver) serveHTTP(w http.ResponseWriter, req *http.Request) {
 // cleanup.
 func NewGRPC(tb testing.TB) *Receiver {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	r := &Receiver{Endpoint: "http://" + ln.Addr().String()}
+	ln, r := listen(tb)
 	gs := grpc.NewServer()
 	collectortrace.RegisterTraceServiceServer(gs, grpcTraces{r: r})
 	go gs.Serve(ln)
