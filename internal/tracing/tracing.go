@@ -91,6 +91,9 @@ func FromEnv(ctx context.Context, getenv func(string) string, version string, lo
 	if err != nil || !on {
 		return nil, err
 	}
+	if logger == nil {
+		logger = slog.Default()
+	}
 	proto, err := protocol(getenv)
 	if err != nil {
 		return nil, err
