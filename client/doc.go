@@ -19,5 +19,9 @@
 //	defer c.Close(ctx) // gives back the unused tail of each tag's newest range
 //	id, err := c.Next(ctx, "order")
 //
+// Tracing: the client makes no span and depends on no tracing library; a
+// Config.HTTPClient whose transport is otelhttp.NewTransport propagates
+// the caller's trace on every request made for it (see Config.HTTPClient).
+//
 // The package depends on no idmint package but segment.
 package client

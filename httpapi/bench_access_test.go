@@ -39,15 +39,7 @@ func BenchmarkAccess_ID(b *testing.B) {
 				Auth: httpapi.AuthConfig{Tokens: m, IDs: bc.auth}, Limits: httpapi.Limits{IDsPerSecondPerToken: bc.limit}})
 			req := httptest.NewRequest(http.MethodGet, "/id?biz_tag=order", nil)
 			req.Header.Set("Authorization", "Bearer "+bearer)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for b.Loop() {
-				rec := httptest.NewRecorder()
-				h.ServeHTTP(rec, req)
-				if rec.Code != 200 {
-					b.Fatalf("status %d: %s", rec.Code, rec.Body)
-				}
-			}
+			benchGet(b, h, req)
 		})
 	}
 }

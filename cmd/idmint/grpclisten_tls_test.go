@@ -47,7 +47,7 @@ func TestGRPCListener_TLSReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := newGRPCListener(ln, svc, r.serverConfig(), api.HTTPServer(), false, quiet)
+	g := newGRPCListener(ln, svc, r.serverConfig(), api.HTTPServer(), false, nil, quiet)
 	g.start()
 	t.Cleanup(func() {
 		if err := g.stop(context.Background()); err != nil {
