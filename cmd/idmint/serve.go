@@ -190,6 +190,7 @@ func serveFlags(fs *flag.FlagSet) runFunc {
 // and on every error alike: the Snowflake lease is released, the allocator
 // gives its segments back before the store closes, and the listener closes.
 func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) {
+	gcPercent := tuneGC()
 	var started stack
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
@@ -350,7 +351,7 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) 
 	}
 	logger.Info("idmint serving", "listen", ln.Addr().String(), "grpc_listen", grpcAddr, "instance", c.instance, "version", version(),
 		"auth", auth.IDs, "protect_monitoring", auth.ProtectMonitoring,
-		"tls", c.tls.health().Enabled, "client_certificates", c.tls.health().ClientCertificates)
+		"tls", c.tls.health().Enabled, "client_certificates", c.tls.health().ClientCertificates, "gogc", gcPercent)
 	serveErr := make(chan error, 1)
 	go func() {
 		if tlsConfig != nil {
