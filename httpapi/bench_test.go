@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/idmint/idmint/testkit/testlog"
+
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -37,9 +39,9 @@ func BenchmarkServer_ID(b *testing.B) {
 			if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: 100_000}); err != nil {
 				b.Fatal(err)
 			}
-			a := allocator.New(allocator.Config{Store: m, Logger: quiet()})
+			a := allocator.New(allocator.Config{Store: m, Logger: testlog.Discard()})
 			defer a.Close(context.Background())
-			cfg := httpapi.Config{Allocator: a, Logger: quiet()}
+			cfg := httpapi.Config{Allocator: a, Logger: testlog.Discard()}
 			if bc.metrics {
 				cfg.Metrics = httpapi.NewMetrics()
 			}
@@ -82,9 +84,9 @@ func BenchmarkServer_IDHandler(b *testing.B) {
 			if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: 1_000_000}); err != nil {
 				b.Fatal(err)
 			}
-			a := allocator.New(allocator.Config{Store: m, Logger: quiet()})
+			a := allocator.New(allocator.Config{Store: m, Logger: testlog.Discard()})
 			defer a.Close(context.Background())
-			h := traced(b, httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet()}), bc.sampler)
+			h := traced(b, httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard()}), bc.sampler)
 			benchGet(b, h, httptest.NewRequest(http.MethodGet, "/id?biz_tag=order", nil))
 		})
 	}

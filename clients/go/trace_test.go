@@ -17,9 +17,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idmint/idmint/client"
-	"github.com/idmint/idmint/internal/otlptest"
-	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/testkit/otlptest"
+	"github.com/idmint/idmint/testkit/testutil"
 )
 
 // TestClient_TraceContext runs a real idmint serve (SQLite) that exports

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/allocator/sqlite"
-	"github.com/idmint/idmint/internal/testutil"
+	"github.com/idmint/idmint/testkit/testutil"
 )
 
 // process is one idmint binary serving on a loopback port.

@@ -19,8 +19,8 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/idmint/idmint/internal/otlptest"
-	"github.com/idmint/idmint/internal/testutil"
+	"github.com/idmint/idmint/testkit/otlptest"
+	"github.com/idmint/idmint/testkit/testutil"
 	"github.com/idmint/idmint/wire"
 )
 
