@@ -94,6 +94,13 @@ var (
 	// ErrExhausted: the tag's next segment would pass 2^63-1
 	// (allocator.ErrExhausted).
 	ErrExhausted = NewError(CodeExhausted, "biz_tag exhausted: no ids left below 2^63-1")
+	// ErrShareExhausted: the region's share holds no ID above the tag's
+	// max_id: its database was fenced (a split) and has no epoch above
+	// (allocator.ErrShareExhausted).
+	ErrShareExhausted = NewError(CodeShareExhausted, "the region's share holds no ids above the tag's max_id")
+	// ErrRegionConflict: this region's share may overlap a peer's, or the
+	// instance's region is not its database's (region.ErrConflict).
+	ErrRegionConflict = NewError(CodeRegionConflict, "region shares conflict: not granting")
 	// ErrAllocatorClosed: the allocator was closed (allocator.ErrClosed).
 	ErrAllocatorClosed = NewError(CodeShuttingDown, "allocator closed")
 	// ErrTagExists: a tag being created exists (allocator.ErrExists).
