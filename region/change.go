@@ -56,9 +56,12 @@ func Extend(have, want Share) ([]Epoch, error) {
 
 // Fence returns have with its open epoch ended at at (To = at), and
 // whether that changed it: a share fenced at at already is returned as it
-// is. A share with no open epoch fenced elsewhere, one whose open epoch
-// starts at or above at, and no share at all are refused.
-func Fence(have Share, at int64) (Share, bool, error) {
+// is. With raise, a last epoch fenced below at is moved up to at: safe only
+// while no database has an epoch starting at the old fence (a split's
+// phase 1, retried higher because grants passed the first boundary). A
+// share fenced elsewhere otherwise, one whose open epoch starts at or above
+// at, and no share at all are refused.
+func Fence(have Share, at int64, raise bool) (Share, bool, error) {
 	if len(have.Epochs) == 0 {
 		return Share{}, false, fmt.Errorf("%w: no share to fence", ErrInvalid)
 	}
@@ -66,7 +69,7 @@ func Fence(have Share, at int64) (Share, bool, error) {
 	switch {
 	case last.To == at:
 		return have, false, nil
-	case !last.Open():
+	case !last.Open() && (!raise || at < last.To):
 		return Share{}, false, fmt.Errorf("%w: region %q is fenced at %d already, not at %d", ErrShareDiffers, have.Name, last.To, at)
 	case at <= last.From:
 		return Share{}, false, fmt.Errorf("%w: fence at %d: region %q's open epoch starts at %d", ErrInvalid, at, have.Name, last.From)

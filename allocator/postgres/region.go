@@ -108,12 +108,13 @@ func checkAdded(added []region.Epoch, maxID, maxStep int64) error {
 	return nil
 }
 
-// FenceShare ends the share's open epoch at at (region.Fence), under the
+// FenceShare ends the share's open epoch at at (region.Fence; raise moves
+// a fence up), under the
 // region lock: grants refuse IDs at and above it from then on (until an
 // epoch above it is written). It refuses when a tag's max_id is at or
 // above at (region.ErrGranted); a share fenced at at already is left as it
 // is. It returns the share.
-func (p *Store) FenceShare(ctx context.Context, at int64) (region.Share, error) {
+func (p *Store) FenceShare(ctx context.Context, at int64, raise bool) (region.Share, error) {
 	var fenced region.Share
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, regionLockSQL); err != nil {
@@ -124,7 +125,7 @@ func (p *Store) FenceShare(ctx context.Context, at int64) (region.Share, error) 
 			return err
 		}
 		var changed bool
-		if fenced, changed, err = region.Fence(have, at); err != nil || !changed {
+		if fenced, changed, err = region.Fence(have, at, raise); err != nil || !changed {
 			return err
 		}
 		var maxID, maxStep int64
@@ -135,7 +136,7 @@ func (p *Store) FenceShare(ctx context.Context, at int64) (region.Share, error) 
 			return fmt.Errorf("%w: a tag's max_id %d is at or above the fence %d", region.ErrGranted, maxID, at)
 		}
 		last := fenced.Epochs[len(fenced.Epochs)-1]
-		_, err = tx.Exec(ctx, `UPDATE idmint_region_epochs SET to_id = $2 WHERE from_id = $1 AND to_id IS NULL`, last.From, at)
+		_, err = tx.Exec(ctx, `UPDATE idmint_region_epochs SET to_id = $2 WHERE from_id = $1`, last.From, at)
 		return err
 	})
 	if err != nil {
@@ -163,4 +164,13 @@ func blockFits(block, maxStep int64) error {
 		return fmt.Errorf("%w: max_step %d above the region's block %d", region.ErrBlockBelowStep, maxStep, block)
 	}
 	return nil
+}
+
+// HighestMaxID is the highest max_id of the tags (0 without any).
+func (p *Store) HighestMaxID(ctx context.Context) (int64, error) {
+	var maxID, maxStep int64
+	if err := p.pool.QueryRow(ctx, tagBoundsSQL, int64(segment.DefaultMaxStep)).Scan(&maxID, &maxStep); err != nil {
+		return 0, fmt.Errorf("read the highest max_id: %w", err)
+	}
+	return maxID, nil
 }

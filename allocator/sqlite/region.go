@@ -94,7 +94,7 @@ VALUES (?, NULLIF(?, 0), ?, ?, ?, ?)`, e.From, e.To, e.Block, strings.Join(e.Reg
 
 // FenceShare ends the share's open epoch at at, in one write transaction:
 // see the postgres store's.
-func (s *Store) FenceShare(ctx context.Context, at int64) (region.Share, error) {
+func (s *Store) FenceShare(ctx context.Context, at int64, raise bool) (region.Share, error) {
 	var fenced region.Share
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		have, err := readShare(ctx, tx)
@@ -102,7 +102,7 @@ func (s *Store) FenceShare(ctx context.Context, at int64) (region.Share, error) 
 			return err
 		}
 		var changed bool
-		if fenced, changed, err = region.Fence(have, at); err != nil || !changed {
+		if fenced, changed, err = region.Fence(have, at, raise); err != nil || !changed {
 			return err
 		}
 		var maxID, maxStep int64
@@ -113,7 +113,7 @@ func (s *Store) FenceShare(ctx context.Context, at int64) (region.Share, error) 
 			return fmt.Errorf("%w: a tag's max_id %d is at or above the fence %d", region.ErrGranted, maxID, at)
 		}
 		last := fenced.Epochs[len(fenced.Epochs)-1]
-		_, err = tx.ExecContext(ctx, `UPDATE idmint_region_epochs SET to_id = ? WHERE from_id = ? AND to_id IS NULL`, at, last.From)
+		_, err = tx.ExecContext(ctx, `UPDATE idmint_region_epochs SET to_id = ? WHERE from_id = ?`, at, last.From)
 		return err
 	})
 	if err != nil {
@@ -136,4 +136,13 @@ func checkBlock(ctx context.Context, q queryer, maxStep int64) error {
 		return fmt.Errorf("%w: %w: max_step %d above the region's block %d", allocator.ErrInvalidSpec, region.ErrBlockBelowStep, maxStep, block)
 	}
 	return nil
+}
+
+// HighestMaxID is the highest max_id of the tags (0 without any).
+func (s *Store) HighestMaxID(ctx context.Context) (int64, error) {
+	var maxID, maxStep int64
+	if err := s.db.QueryRowContext(ctx, tagBoundsSQL, int64(segment.DefaultMaxStep)).Scan(&maxID, &maxStep); err != nil {
+		return 0, fmt.Errorf("read the highest max_id: %w", err)
+	}
+	return maxID, nil
 }
