@@ -105,7 +105,7 @@ func (p *Store) allocate(ctx context.Context, conn querier, req allocator.Reques
 	seg := allocator.Segment{RequestID: req.ID, Tag: req.Tag, Holder: req.Holder}
 	principal, hash := sqlstore.HolderArgs(req.Holder)
 	var (
-		first, last     *int64 // NULL: nothing granted (refused, or exhausted)
+		first, last       *int64 // NULL: nothing granted (refused, or exhausted)
 		floor, runwayMS   int64
 		refused, regioned bool
 	)
