@@ -45,7 +45,9 @@ type SplitPlan struct {
 	Add, Retire string
 	// At is the boundary: 0 picks one (AlignAbove) above every database's
 	// highest max_id plus Margin, or resumes the split under way.
-	At     int64
+	At int64
+	// Margin is how far above the highest max_id the boundary lies at
+	// least (negative: one cycle of the epoch's blocks).
 	Margin int64
 }
 
@@ -84,7 +86,13 @@ func Split(ctx context.Context, dbs []Database, plan SplitPlan) (SplitResult, er
 	// The boundary may move up while no database has an epoch from it: the
 	// first fences of phase 1 (or of an interrupted run of it) only.
 	movable := plan.At == 0 && !slices.ContainsFunc(shares, func(s Share) bool { return hasEpochAt(s, at) && at != 0 })
-	margin := max(plan.Margin, 0)
+	margin := plan.Margin
+	if margin < 0 {
+		margin = math.MaxInt64 / 4
+		if old.Block <= margin/old.N() {
+			margin = old.Block * old.N()
+		}
+	}
 	if at == 0 {
 		if at, err = boundary(ctx, dbs, old, margin); err != nil {
 			return SplitResult{}, err

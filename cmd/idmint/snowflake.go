@@ -57,7 +57,10 @@ func (c *snowflakeConfig) layout() (snowflake.Layout, error) {
 
 // startSnowflake leases a worker ID from the store (or keeps trying in the
 // background) and returns the node; nil when the mode is off.
-func startSnowflake(ctx context.Context, c snowflakeConfig, store *openedStore, holder string, logger *slog.Logger) (*snowflake.Node, error) {
+//
+// In a region (reg), the worker ID comes from the region's slice of the
+// worker IDs (region.WorkerSlice): regions never lease the same one.
+func startSnowflake(ctx context.Context, c snowflakeConfig, store *openedStore, holder string, reg *servingRegion, logger *slog.Logger) (*snowflake.Node, error) {
 	if !c.enabled {
 		return nil, nil
 	}
@@ -74,10 +77,18 @@ func startSnowflake(ctx context.Context, c snowflakeConfig, store *openedStore, 
 	default:
 		return nil, fmt.Errorf("snowflake: no worker-id leases in a %T", store.store)
 	}
+	var workers *snowflake.WorkerRange
+	if reg != nil {
+		lo, hi, err := reg.workerSlice(layout)
+		if err != nil {
+			return nil, err
+		}
+		workers = &snowflake.WorkerRange{First: lo, Last: hi}
+	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	return snowflake.Start(ctx, snowflake.Config{
-		Layout: layout, Store: leases, Holder: holder,
+		Layout: layout, Store: leases, Holder: holder, Workers: workers,
 		TTL: c.ttl, RenewEvery: c.renewEvery, Margin: c.margin, MaxWait: c.maxWait,
 		Logger: logger,
 	})
