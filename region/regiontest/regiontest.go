@@ -254,6 +254,13 @@ func claimRefusals(t *testing.T, open Open) {
 	if err != nil || !above.Owns(next.First) || next.First <= seg.Last {
 		t.Fatalf("after the claim from %d: %+v, %v", seg.Last+1, next, err)
 	}
+	// A fence at or below a tag's max_id is refused, and changes nothing.
+	if _, err := used.FenceShare(ctx, next.Last, false); !errors.Is(err, region.ErrGranted) {
+		t.Fatalf("fence at max_id %d: %v, want ErrGranted", next.Last, err)
+	}
+	if s, _ := used.Share(ctx); s.Fence() != 0 {
+		t.Fatalf("a refused fence left %v", s.Epochs)
+	}
 	// A block smaller than a tag's max_step.
 	small := open(t)
 	newTag(t, small)
