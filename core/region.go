@@ -97,4 +97,6 @@ func highest(s segment.Stats) (int64, bool) {
 
 // RegionHealthOf is the region part of /id/health for st and the tags'
 // stats, for the metrics.
-func RegionHealthOf(st RegionState, stats []segment.Stats) RegionHealth { return regionHealth(st, stats) }
+func RegionHealthOf(st RegionState, stats []segment.Stats) RegionHealth {
+	return regionHealth(st, stats)
+}

@@ -188,4 +188,3 @@ func (g gated) Allocate(ctx context.Context, req allocator.Request) (allocator.S
 	}
 	return g.Store.Allocate(ctx, req)
 }
-
