@@ -34,7 +34,7 @@ func (g storeSource) Grant(ctx context.Context, req segment.Ask) (segment.Grant,
 		return toGrant(seg, false), nil
 	case errors.Is(err, ErrAlreadyGranted):
 		return segment.Grant{}, segment.Classify(segment.ErrAlreadyGranted, err)
-	case errors.Is(err, ErrUnknownTag), errors.Is(err, ErrExhausted), errors.Is(err, ErrInvalidTag):
+	case errors.Is(err, ErrUnknownTag), errors.Is(err, ErrExhausted), errors.Is(err, ErrShareExhausted), errors.Is(err, ErrInvalidTag):
 		return segment.Grant{}, segment.Classify(segment.ErrRefused, err)
 	case errors.Is(err, ErrNotReplicated):
 		// Granted, but the standbys may not have it: not served until a

@@ -89,7 +89,7 @@ func (a *Allocator) GrantRange(ctx context.Context, r RangeRequest) (seg Segment
 		return seg, false, nil
 	case errors.Is(err, ErrUnknownTag), errors.Is(err, ErrInvalidTag):
 		return Segment{}, false, err
-	case errors.Is(err, ErrAlreadyGranted), errors.Is(err, ErrExhausted), errors.Is(err, ErrFloorBudget):
+	case errors.Is(err, ErrAlreadyGranted), errors.Is(err, ErrExhausted), errors.Is(err, ErrShareExhausted), errors.Is(err, ErrFloorBudget):
 		// Granted before: find it. "Exhausted" and "no floor budget"
 		// also look the request up, because a store that refuses the
 		// bump never reaches the insert that would have said "granted

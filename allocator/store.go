@@ -23,6 +23,10 @@ var (
 	ErrInvalidTag = segment.ErrInvalidTag
 	// ErrExhausted means the tag's next segment would pass 2^63-1.
 	ErrExhausted = wire.ErrExhausted
+	// ErrShareExhausted means the region's share of the ID space holds no
+	// ID above the tag's max_id: the database was fenced by a split and
+	// has no epoch above the fence (yet). A gap, never a duplicate.
+	ErrShareExhausted = wire.ErrShareExhausted
 	// ErrUnavailable means no ID could be handed out in time: the buffers
 	// are empty and the store cannot be reached.
 	ErrUnavailable = segment.ErrUnavailable

@@ -73,7 +73,10 @@ type Config struct {
 	// Auth.Tokens reads.
 	TokenAdmin token.Store
 	// TLS is what Health says of the listener.
-	TLS    TLSHealth
+	TLS TLSHealth
+	// Region, when set, is this instance's region: Health reports it, and
+	// its conflict makes the instance unavailable.
+	Region RegionSource
 	Logger *slog.Logger
 	Now    func() time.Time
 	// OnRefused, when set, is called with the code of every refusal the

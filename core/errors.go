@@ -7,6 +7,7 @@ import (
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/internal/redact"
+	"github.com/idmint/idmint/region"
 	"github.com/idmint/idmint/segment"
 	"github.com/idmint/idmint/snowflake"
 	"github.com/idmint/idmint/token"
@@ -123,6 +124,12 @@ var Rules = []Rule{
 	{Err: allocator.ErrExhausted, Code: wire.CodeExhausted,
 		Message: "biz_tag exhausted: no ids left below 2^63-1",
 		When:    "the tag reached 2^63-1: no segment of its step fits below it (the IDs left are handed out first, `/ids` giving fewer than `count`)"},
+	{Err: allocator.ErrShareExhausted, Code: wire.CodeShareExhausted, Retry: RetryFixed,
+		Message: "this region's share of the id space holds no ids above the tag's max_id (its database was fenced by a region split); ask another region",
+		When:    "regions: the database's share ends below the tag's next ID (a split fenced it and wrote no epoch above yet, or the region was retired); a gap, never a duplicate"},
+	{Err: region.ErrConflict, Code: wire.CodeRegionConflict, Retry: RetryFixed,
+		Message: "this region's share may overlap a peer region's (or the instance's --region is not its database's): not granting; see docs/regions.md",
+		When:    "regions: a peer region's share overlaps this one's, or disagrees with its epochs; nothing granted until it is resolved"},
 	{Err: allocator.ErrClosed, Code: wire.CodeShuttingDown, Retry: RetryFixed,
 		Message: "idmint is shutting down", When: "the instance is stopping (its allocator or Snowflake node closed)"},
 	{Err: allocator.ErrRolledBack, Code: wire.CodeRolledBack, Retry: RetryFromError,
@@ -245,7 +252,7 @@ func (r *Rule) Public(err error) string {
 // instance cannot serve at the moment), rather than "never".
 func temporary(err error) bool {
 	switch Lookup(err).Code {
-	case wire.CodeUnavailable, wire.CodeShuttingDown, wire.CodeExhausted, wire.CodeRolledBack:
+	case wire.CodeUnavailable, wire.CodeShuttingDown, wire.CodeExhausted, wire.CodeShareExhausted, wire.CodeRegionConflict, wire.CodeRolledBack:
 		return true
 	}
 	return false

@@ -45,6 +45,9 @@ type Health struct {
 	Snowflake *SnowflakeHealth `json:"snowflake,omitempty"`
 	// TLS says how the listener is secured (Config.TLS).
 	TLS TLSHealth `json:"tls"`
+	// Region is this instance's region and its share (docs/regions.md);
+	// absent for a single-region database.
+	Region *RegionHealth `json:"region,omitempty"`
 }
 
 // TLSHealth says whether the listener serves TLS and asks for client
@@ -223,6 +226,21 @@ func (c *Core) health(ctx context.Context, stats []segment.Stats, asked bool) He
 		if !sh.Serving {
 			troubled = true
 			reason("snowflake: not serving (%s)", sh.State)
+		}
+	}
+	if c.cfg.Region != nil {
+		st := c.cfg.Region.Region()
+		rh := regionHealth(st, stats)
+		h.Region = &rh
+		if st.Conflict != nil {
+			serving = false
+			reason("region: %s", rh.Conflict)
+		}
+		for _, p := range rh.Peers {
+			if !p.Reachable && p.CheckedAt != nil {
+				troubled = true
+				reason("region: peer %s unreachable", p.URL)
+			}
 		}
 	}
 	switch {

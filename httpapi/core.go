@@ -19,6 +19,7 @@ type (
 
 	Health            = core.Health
 	TLSHealth         = core.TLSHealth
+	RegionSource      = core.RegionSource
 	DatabaseHealth    = core.DatabaseHealth
 	TagHealth         = core.TagHealth
 	RangeJSON         = core.RangeJSON

@@ -60,6 +60,8 @@ var httpStatus = map[string]int{
 	wire.CodeShuttingDown:          http.StatusServiceUnavailable,
 	wire.CodeUnknownTag:            http.StatusNotFound,
 	wire.CodeExhausted:             http.StatusServiceUnavailable,
+	wire.CodeShareExhausted:        http.StatusServiceUnavailable,
+	wire.CodeRegionConflict:        http.StatusServiceUnavailable,
 	wire.CodeRolledBack:            http.StatusServiceUnavailable,
 }
 

@@ -65,6 +65,9 @@ type Config struct {
 	// TLS is what /id/health says of the listener; the listener itself is
 	// the caller's (idmint serve --tls-cert).
 	TLS TLSHealth
+	// Region, when set, is this instance's region: /id/health, /metrics and
+	// the dashboard show it (docs/regions.md).
+	Region core.RegionSource
 	// RPC, when set, adds routes of another protocol to the router, after
 	// idmint's own: rpcapi.Service serves gRPC, gRPC-Web and Connect on
 	// them. Its routes get what every route gets (request ID, bounded
@@ -114,7 +117,7 @@ func NewServer(cfg Config) *Server {
 		Allocator: cfg.Allocator, Instance: cfg.Instance, Tags: cfg.Tags, MaxCount: cfg.MaxCount,
 		RequestTimeout: cfg.RequestTimeout, PingTimeout: cfg.PingTimeout, Replication: cfg.Replication,
 		Snowflake: cfg.Snowflake, Auth: cfg.Auth, Limits: cfg.Limits, Admin: cfg.Admin, TokenAdmin: cfg.TokenAdmin,
-		TLS: cfg.TLS, Logger: cfg.Logger, Now: cfg.Now,
+		TLS: cfg.TLS, Region: cfg.Region, Logger: cfg.Logger, Now: cfg.Now,
 		OnRefused: func(code string) { refused.WithLabelValues(code).Inc() },
 		OnFloor:   m.observeFloor,
 		OnCall:    func(name string, status int, elapsed time.Duration) { m.route(name).observe(status, elapsed) },
@@ -123,6 +126,9 @@ func NewServer(cfg Config) *Server {
 	cc := c.Config()
 	cfg.MaxCount, cfg.RequestTimeout, cfg.PingTimeout, cfg.Auth, cfg.Limits = cc.MaxCount, cc.RequestTimeout, cc.PingTimeout, cc.Auth, cc.Limits
 	m.attach(cfg.Allocator, cfg.PingTimeout, cfg.Replication)
+	if cfg.Region != nil {
+		m.reg.MustRegister(newRegionCollector(cfg.Region, cfg.Allocator))
+	}
 	s := &Server{cfg: cfg, core: c, requestPrefix: requestPrefix()}
 	s.exchanges.New = func() any { return new(exchange) }
 	s.router = s.routes()

@@ -61,7 +61,7 @@ func (m *Memory) Acquire(_ context.Context, req snowflake.AcquireRequest) (snowf
 	now := m.now().UnixMilli()
 	// The lowest released row, else the lowest expired one.
 	pick := -1
-	for i := 0; i < len(m.workers) && int64(i) <= req.MaxWorker; i++ {
+	for i := int(req.MinWorker); i < len(m.workers) && int64(i) <= req.MaxWorker; i++ {
 		if w := &m.workers[i]; w.released {
 			pick = i
 			break

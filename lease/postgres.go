@@ -59,7 +59,7 @@ ON CONFLICT (worker_id) DO NOTHING`, l.WorkerBits, l.MaxWorker())
 }
 
 // acquireSQL takes the lowest released worker ID, else the lowest expired
-// one, in one statement: the row is locked (rows other acquirers hold locked
+// one, among $5…$2 (a region's slice), in one statement: the row is locked (rows other acquirers hold locked
 // are skipped), its epoch bumped, its expiry and time floor set. The window
 // starts after the floor the previous holder left, plus the margin ($4)
 // when it did not release the row.
@@ -68,7 +68,7 @@ WITH now AS (SELECT ` + nowMS + ` AS ms),
 candidate AS (
     SELECT w.worker_id, w.released, w.time_floor_ms
     FROM idmint_snowflake_workers w, now
-    WHERE w.worker_id <= $2 AND (w.released OR w.lease_expires_ms < now.ms)
+    WHERE w.worker_id BETWEEN $5 AND $2 AND (w.released OR w.lease_expires_ms < now.ms)
     ORDER BY w.released DESC, w.worker_id
     LIMIT 1
     FOR UPDATE OF w SKIP LOCKED
@@ -87,7 +87,7 @@ RETURNING w.worker_id, w.epoch,
 // Acquire implements snowflake.LeaseStore.
 func (p *Postgres) Acquire(ctx context.Context, req snowflake.AcquireRequest) (snowflake.Lease, error) {
 	l := snowflake.Lease{Holder: req.Holder}
-	err := p.pool.QueryRow(ctx, acquireSQL, req.Holder, req.MaxWorker, req.TTL.Milliseconds(), req.Margin.Milliseconds()).
+	err := p.pool.QueryRow(ctx, acquireSQL, req.Holder, req.MaxWorker, req.TTL.Milliseconds(), req.Margin.Milliseconds(), req.MinWorker).
 		Scan(&l.Worker, &l.Epoch, &l.Start, &l.Expires, &l.DBTime)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return snowflake.Lease{}, snowflake.ErrAllHeld

@@ -73,8 +73,8 @@ func (s *SQLite) Acquire(ctx context.Context, req snowflake.AcquireRequest) (sno
 		)
 		err := tx.QueryRowContext(ctx, `
 SELECT worker_id, released, time_floor_ms FROM idmint_snowflake_workers
-WHERE worker_id <= ? AND (released = 1 OR lease_expires_ms < ?)
-ORDER BY released DESC, worker_id LIMIT 1`, req.MaxWorker, l.DBTime).Scan(&l.Worker, &released, &floor)
+WHERE worker_id BETWEEN ? AND ? AND (released = 1 OR lease_expires_ms < ?)
+ORDER BY released DESC, worker_id LIMIT 1`, req.MinWorker, req.MaxWorker, l.DBTime).Scan(&l.Worker, &released, &floor)
 		if errors.Is(err, sql.ErrNoRows) {
 			return snowflake.ErrAllHeld
 		}

@@ -53,6 +53,8 @@ var grpcCodes = map[string]connect.Code{
 	wire.CodeUnavailable:           connect.CodeUnavailable,
 	wire.CodeRolledBack:            connect.CodeUnavailable,
 	wire.CodeExhausted:             connect.CodeUnavailable,
+	wire.CodeShareExhausted:        connect.CodeUnavailable,
+	wire.CodeRegionConflict:        connect.CodeUnavailable,
 	wire.CodeShuttingDown:          connect.CodeUnavailable,
 	wire.CodeSnowflakeNoWorker:     connect.CodeUnavailable,
 	wire.CodeSnowflakeLeaseExpired: connect.CodeUnavailable,

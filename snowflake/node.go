@@ -32,11 +32,16 @@ type LeaseStore interface {
 
 // AcquireRequest asks a LeaseStore for a worker ID.
 type AcquireRequest struct {
-	Holder    string
-	MaxWorker int64 // worker IDs 0…MaxWorker are eligible
-	TTL       time.Duration
-	Margin    time.Duration
+	Holder string
+	// MinWorker and MaxWorker bound the eligible worker IDs, inclusive:
+	// the whole layout's, or a region's slice of them.
+	MinWorker, MaxWorker int64
+	TTL                  time.Duration
+	Margin               time.Duration
 }
+
+// WorkerRange is the worker IDs [First, Last] a node may lease.
+type WorkerRange struct{ First, Last int64 }
 
 // Lease is a worker ID held until Expires, by the database's clock. Times
 // are Unix milliseconds.
@@ -60,6 +65,11 @@ type Config struct {
 	Store  LeaseStore
 	// Holder names this instance in the lease rows.
 	Holder string
+	// Workers bounds the worker IDs this node leases from: a region's
+	// slice of the worker-ID space (region.WorkerSlice), so that regions,
+	// with databases of their own, never lease the same one. Nil: every
+	// worker ID of the layout.
+	Workers *WorkerRange
 	// TTL is how long a lease lasts without renewal (default 1m): the
 	// longest database outage that Snowflake IDs ride through, and how long
 	// the worker ID of a killed instance stays taken.
@@ -87,6 +97,12 @@ func (c *Config) setDefaults() error {
 	}
 	if err := c.Layout.Validate(); err != nil {
 		return err
+	}
+	if c.Workers == nil {
+		c.Workers = &WorkerRange{First: 0, Last: c.Layout.MaxWorker()}
+	}
+	if w := c.Workers; w.First < 0 || w.First > w.Last || w.Last > c.Layout.MaxWorker() {
+		return fmt.Errorf("snowflake: worker ids %d…%d outside 0…%d of layout %s", w.First, w.Last, c.Layout.MaxWorker(), c.Layout.Bits())
 	}
 	if c.TTL <= 0 {
 		c.TTL = time.Minute
@@ -202,7 +218,7 @@ func (n *Node) tryAcquire(ctx context.Context) (time.Duration, bool) {
 	defer cancel()
 	sent := n.cfg.Clock.Now()
 	l, err := n.cfg.Store.Acquire(ctx, AcquireRequest{
-		Holder: n.cfg.Holder, MaxWorker: n.cfg.Layout.MaxWorker(), TTL: n.cfg.TTL, Margin: n.cfg.Margin,
+		Holder: n.cfg.Holder, MinWorker: n.cfg.Workers.First, MaxWorker: n.cfg.Workers.Last, TTL: n.cfg.TTL, Margin: n.cfg.Margin,
 	})
 	got := n.cfg.Clock.Now()
 	n.mu.Lock()

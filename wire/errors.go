@@ -110,6 +110,13 @@ var (
 	// (allocator.ErrClosed, segment.ErrClosed, snowflake.ErrClosed,
 	// client.ErrClosed: one value).
 	ErrClosed = NewLocalError(CodeShuttingDown, "closed")
+	// ErrShareExhausted: the region's share holds no ID above the tag's
+	// max_id: its database was fenced (a split) and has no epoch above
+	// (allocator.ErrShareExhausted).
+	ErrShareExhausted = NewError(CodeShareExhausted, "the region's share holds no ids above the tag's max_id")
+	// ErrRegionConflict: this region's share may overlap a peer's, or the
+	// instance's region is not its database's (region.ErrConflict).
+	ErrRegionConflict = NewError(CodeRegionConflict, "region shares conflict: not granting")
 	// ErrTagExists: a tag being created exists (allocator.ErrExists).
 	ErrTagExists = NewError(CodeTagExists, "biz_tag already exists")
 	// ErrInvalidTagSpec: tag settings out of bounds (allocator.ErrInvalidSpec).

@@ -40,6 +40,8 @@ const (
 	CodeUnavailable           = "unavailable"
 	CodeRolledBack            = "rolled_back"
 	CodeExhausted             = "tag_exhausted"
+	CodeShareExhausted        = "share_exhausted"
+	CodeRegionConflict        = "region_conflict"
 	CodeShuttingDown          = "shutting_down"
 	CodeSnowflakeNoWorker     = "snowflake_no_worker"
 	CodeSnowflakeLeaseExpired = "snowflake_lease_expired"

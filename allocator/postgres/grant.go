@@ -31,9 +31,17 @@ import (
 // that the max_id found (to report the repair and the lead) is the one the
 // update moves, even when a concurrent allocation changed it meanwhile.
 //
-// A tag that does not exist returns no row. A bump that would pass 2^63-1
-// matches no row of the update: nothing changes, and the row returned has no
-// range. A request ID granted before makes the INSERT fail on the primary
+// The range starts at the next ID this database's region share owns above
+// GREATEST(max_id, floor) (idmint_next_owned, migration 00010: the next ID
+// itself without a share) and ends at the end of that ID's block at the
+// latest: a range never crosses a block, so it lies in this region's share
+// whole; max_id becomes its last ID. A share that owns nothing above
+// (fenced by a region split) grants nothing, and the row says so
+// (regioned, no range): ErrShareExhausted.
+//
+// A tag that does not exist returns no row. Without a share, a bump that
+// would pass 2^63-1 matches no row of the update: nothing changes, and the
+// row returned has no range. A request ID granted before makes the INSERT fail on the primary
 // key, which rolls the bump back.
 //
 // The first CTE pins synchronous_commit=on for this statement's transaction,
@@ -53,19 +61,24 @@ WITH durable AS (
                                      ELSE $7::bigint END) AS floor,
            $8::bigint = 0 AND $7::bigint > f.base AS refused
     FROM found f
+), owned AS (
+    SELECT w.biz_tag, w.size, o.first_id, o.regioned,
+           CASE WHEN o.last_id - o.first_id < w.size - 1 THEN o.last_id ELSE o.first_id + (w.size - 1) END AS last_id
+    FROM wanted w, idmint_next_owned(GREATEST(w.found, w.floor)) o
 ), bumped AS (
     UPDATE idmint_tags t
-    SET max_id = GREATEST(t.max_id, w.floor) + w.size, updated_at = now()
-    FROM wanted w
-    WHERE t.biz_tag = w.biz_tag AND NOT w.refused AND GREATEST(t.max_id, w.floor) <= 9223372036854775807 - w.size
-    RETURNING t.biz_tag, t.max_id - w.size + 1 AS first_id, t.max_id AS last_id
+    SET max_id = o.last_id, updated_at = now()
+    FROM wanted w JOIN owned o USING (biz_tag)
+    WHERE t.biz_tag = w.biz_tag AND NOT w.refused AND o.first_id IS NOT NULL
+      AND (o.regioned OR GREATEST(t.max_id, w.floor) <= 9223372036854775807 - w.size)
+    RETURNING t.biz_tag, o.first_id, o.last_id
 ), logged AS (
     INSERT INTO idmint_segments (request_id, biz_tag, first_id, last_id, instance, principal, holder_hash)
     SELECT $3, biz_tag, first_id, last_id, $4, $9, $10 FROM bumped
     RETURNING request_id
 )
-SELECT b.first_id, b.last_id, w.step, COALESCE(w.max_step, 0), w.runway_ms, w.found, w.floor, w.refused
-FROM wanted w LEFT JOIN (bumped b JOIN logged ON true) ON true`
+SELECT b.first_id, b.last_id, w.step, COALESCE(w.max_step, 0), w.runway_ms, w.found, w.floor, w.refused, o.regioned
+FROM wanted w JOIN owned o USING (biz_tag) LEFT JOIN (bumped b JOIN logged ON true) ON true`
 
 // Allocate implements allocator.Store. Once the grant commits, it waits until the
 // standbys the ReplicationConfig requires have its WAL, on the same
@@ -92,13 +105,13 @@ func (p *Store) allocate(ctx context.Context, conn querier, req allocator.Reques
 	seg := allocator.Segment{RequestID: req.ID, Tag: req.Tag, Holder: req.Holder}
 	principal, hash := sqlstore.HolderArgs(req.Holder)
 	var (
-		first, last     *int64 // NULL: nothing granted (refused, or exhausted)
-		floor, runwayMS int64
-		refused         bool
+		first, last       *int64 // NULL: nothing granted (refused, or exhausted)
+		floor, runwayMS   int64
+		refused, regioned bool
 	)
 	err := conn.QueryRow(ctx, allocateSQL, req.Tag, req.Size, req.ID, req.Instance, int64(segment.DefaultMaxStep),
 		req.Floor, req.ClaimedFloor, allocator.LeadOf(req), principal, hash).
-		Scan(&first, &last, &seg.Step, &seg.MaxStep, &runwayMS, &seg.FoundMaxID, &floor, &refused)
+		Scan(&first, &last, &seg.Step, &seg.MaxStep, &runwayMS, &seg.FoundMaxID, &floor, &refused, &regioned)
 	seg.Runway = time.Duration(runwayMS) * time.Millisecond
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -107,6 +120,8 @@ func (p *Store) allocate(ctx context.Context, conn querier, req allocator.Reques
 		return allocator.Segment{}, classify("allocate", err)
 	case refused:
 		return allocator.Segment{}, fmt.Errorf("%w: %q at max_id %d, floor %d claimed", allocator.ErrFloorBudget, req.Tag, seg.FoundMaxID, req.ClaimedFloor)
+	case (first == nil || last == nil) && regioned:
+		return allocator.Segment{}, fmt.Errorf("%w: %q at max_id %d (floor %d)", allocator.ErrShareExhausted, req.Tag, seg.FoundMaxID, floor)
 	case first == nil || last == nil:
 		return allocator.Segment{}, fmt.Errorf("%w: %q at max_id %d (floor %d)", allocator.ErrExhausted, req.Tag, seg.FoundMaxID, floor)
 	}

@@ -19,6 +19,9 @@ func (p *Store) CreateTag(ctx context.Context, spec allocator.TagSpec) (allocato
 	if err != nil {
 		return allocator.Tag{}, err
 	}
+	if err := checkBlock(ctx, p.pool, spec.MaxStep); err != nil {
+		return allocator.Tag{}, fmt.Errorf("%w: %w", allocator.ErrInvalidSpec, err)
+	}
 	t, err := sqlstore.ScanTag(p.pool.QueryRow(ctx, `
 INSERT INTO idmint_tags (biz_tag, max_id, step, max_step, description, runway_ms)
 VALUES ($1, $2, $3, NULLIF($4, 0), $5, $6)
@@ -43,6 +46,9 @@ func (p *Store) Tags(ctx context.Context) ([]allocator.Tag, error) {
 func (p *Store) SetStep(ctx context.Context, name string, step, maxStep int64) (allocator.Tag, error) {
 	if err := allocator.CheckSteps(step, maxStep); err != nil {
 		return allocator.Tag{}, err
+	}
+	if err := checkBlock(ctx, p.pool, maxStep); err != nil {
+		return allocator.Tag{}, fmt.Errorf("%w: %w", allocator.ErrInvalidSpec, err)
 	}
 	return p.updateTag(ctx, name, `step = $2, max_step = NULLIF($3, 0)`, step, maxStep)
 }

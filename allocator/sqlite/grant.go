@@ -48,10 +48,27 @@ func (s *Store) Allocate(ctx context.Context, req allocator.Request) (allocator.
 		// transaction, and grant above.
 		floor := allocator.FloorOf(maxID, req)
 		base := max(maxID, floor)
-		if base > math.MaxInt64-size {
-			return fmt.Errorf("%w: %q at max_id %d", allocator.ErrExhausted, req.Tag, base)
+		// With a region share, the range starts at the next ID it owns and
+		// ends at that ID's block's end at the latest (the arithmetic of
+		// the postgres store's idmint_next_owned); this transaction holds
+		// the write lock, so no fence or claim interleaves.
+		share, err := readShare(ctx, tx)
+		if err != nil {
+			return err
 		}
-		seg.First, seg.Last = base+1, base+size
+		switch first, end, ok := share.NextOwned(base); {
+		case len(share.Epochs) > 0 && !ok:
+			return fmt.Errorf("%w: %q at max_id %d", allocator.ErrShareExhausted, req.Tag, base)
+		case len(share.Epochs) > 0:
+			seg.First, seg.Last = first, end
+			if end-first >= size {
+				seg.Last = first + (size - 1)
+			}
+		case base > math.MaxInt64-size:
+			return fmt.Errorf("%w: %q at max_id %d", allocator.ErrExhausted, req.Tag, base)
+		default:
+			seg.First, seg.Last = base+1, base+size
+		}
 		seg.Repaired, seg.FoundMaxID, seg.Holder = maxID < floor, maxID, req.Holder
 		seg.Lead = allocator.ClaimedLeadOf(maxID, floor, req)
 		if _, err := tx.ExecContext(ctx, `UPDATE idmint_tags SET max_id = ?, updated_at = `+nowSQL+` WHERE biz_tag = ?`, seg.Last, req.Tag); err != nil {

@@ -31,6 +31,9 @@ func (s *Store) CreateTag(ctx context.Context, spec allocator.TagSpec) (allocato
 	}
 	var t allocator.Tag
 	err = s.write(ctx, func(tx *sql.Tx) error {
+		if err := checkBlock(ctx, tx, spec.MaxStep); err != nil {
+			return err
+		}
 		var err error
 		t, err = sqlstore.ScanTag(tx.QueryRowContext(ctx, `
 INSERT INTO idmint_tags (biz_tag, max_id, step, max_step, description, runway_ms)
@@ -72,7 +75,7 @@ func (s *Store) SetStep(ctx context.Context, name string, step, maxStep int64) (
 	}
 	return s.updateTag(ctx, name, func(allocator.Tag) (string, []any, error) {
 		return `step = ?, max_step = NULLIF(?, 0)`, []any{step, maxStep}, nil
-	})
+	}, func(tx *sql.Tx) error { return checkBlock(ctx, tx, maxStep) })
 }
 
 // SetRunway implements allocator.Admin.
@@ -105,9 +108,14 @@ func (s *Store) Bump(ctx context.Context, name string, to, by int64) (allocator.
 
 // updateTag reads the tag and applies the SET clause that change returns
 // for it, in one write transaction.
-func (s *Store) updateTag(ctx context.Context, name string, change func(allocator.Tag) (string, []any, error)) (allocator.Tag, error) {
+func (s *Store) updateTag(ctx context.Context, name string, change func(allocator.Tag) (string, []any, error), checks ...func(*sql.Tx) error) (allocator.Tag, error) {
 	var t allocator.Tag
 	err := s.write(ctx, func(tx *sql.Tx) error {
+		for _, check := range checks {
+			if err := check(tx); err != nil {
+				return err
+			}
+		}
 		var err error
 		t, err = sqlstore.ScanTag(tx.QueryRowContext(ctx, `SELECT `+sqlstore.TagColumns+` FROM idmint_tags WHERE biz_tag = ?`, name))
 		if errors.Is(err, sql.ErrNoRows) {

@@ -69,6 +69,7 @@ dropped, a failover starts a new timeline, or an operator forgets it here
 (it counts again once seen streaming). The admin API has GET /v1/standbys
 and DELETE /v1/standbys/{name}.`},
 	{"snowflake", ""},
+	{"region", regionDetail},
 }
 
 // commands is every command, in the order usage lists them.
@@ -105,6 +106,13 @@ the tag's max_step.`,
 	{name: "standby forget", args: []string{"NAME"}, synopsis: "stop waiting for a standby that is gone for good",
 		detail: "Forget only a standby that is gone for good and can never be promoted.",
 		flags:  standbyForgetFlags},
+	{name: "region claim", synopsis: "write this database's share of a deployment of regions (once)",
+		detail: "It refuses a database whose share differs (the same claim again changes nothing), one where a tag's max_id is at or above --from, and a --block below a tag's max_step.",
+		flags:  regionClaimFlags},
+	{name: "region show", synopsis: "print this database's region share", flags: regionShowFlags},
+	{name: "region split", synopsis: "add (--add) or retire (--retire) a region above a boundary, in every region's database",
+		detail: "Phase 1 fences every database's current epoch at the boundary; phase 2 writes the new epoch in every database (a new region's gets only it). Interrupted, it leaves fenced databases granting nothing above the boundary: run it again to complete it (docs/regions.md).",
+		flags:  regionSplitFlags},
 	{name: "snowflake parse", args: []string{"ID"}, synopsis: "decode a Snowflake ID: time, worker ID, sequence", flags: snowflakeParseFlags},
 	{name: "drill", synopsis: "ask running instances for IDs, check none repeats",
 		detail: "Inject faults meanwhile (kill an instance, restart the database); the drill fails (exit 1) if any ID came back twice or none came back.",

@@ -18,12 +18,14 @@ import (
 	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/tracing"
+	"github.com/idmint/idmint/region/peers"
 	"github.com/idmint/idmint/rpcapi"
 	"github.com/idmint/idmint/segment"
 )
 
 type serveConfig struct {
 	store           storeConfig
+	region          regionConfig
 	tags            tagList
 	listen          string
 	migrate         bool
@@ -151,6 +153,7 @@ func serveFlags(fs *flag.FlagSet) runFunc {
 	c.access.register(fs)
 	c.tls.register(fs)
 	c.grpc.register(fs)
+	c.region.register(fs)
 	return func(ctx context.Context, out output, _ []string) error {
 		if c.maxCount < 1 || c.maxCount > allocator.MaxN {
 			return fmt.Errorf("--max-count %d: want 1 to %d", c.maxCount, allocator.MaxN)
@@ -242,6 +245,21 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) 
 		return err
 	}
 	started.push("store", func(context.Context) error { store.close(); return nil })
+	// The region before anything is granted: a database whose share is
+	// another region's, or a peer that disagrees, serves nothing.
+	reg, err := startRegion(ctx, c.region, store, logger)
+	if err != nil {
+		return err
+	}
+	granter := store.store
+	var regionSource httpapi.RegionSource
+	if reg != nil {
+		granter, regionSource = peers.Gate(store.store, reg.watcher), reg
+		bg, stopBG := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); reg.watcher.Run(bg) }()
+		started.push("region peer checks", func(context.Context) error { stopBG(); <-done; return nil })
+	}
 	auth, limits, err := c.access.httpConfig(store.tokens)
 	if err != nil {
 		return err
@@ -265,7 +283,6 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) 
 
 	// Metrics come first: the allocator reports each segment load to them.
 	metrics := httpapi.NewMetrics()
-	granter := store.store
 	if tr != nil {
 		granter = tr.Store(granter)
 	}
@@ -286,7 +303,7 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) 
 		},
 	})
 	started.push("allocator", alloc.Close)
-	node, err := startSnowflake(ctx, c.snowflake, store, c.instance, tr, logger)
+	node, err := startSnowflake(ctx, c.snowflake, store, c.instance, reg, tr, logger)
 	if err != nil {
 		return err
 	}
@@ -316,6 +333,7 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) 
 		Admin:          store.admin,
 		TokenAdmin:     store.tokens,
 		TLS:            c.tls.health(),
+		Region:         regionSource,
 		RPC:            rpc,
 	})
 	srv := api.HTTPServer()

@@ -59,7 +59,10 @@ func (c *snowflakeConfig) layout() (snowflake.Layout, error) {
 // startSnowflake leases a worker ID from the store (or keeps trying in the
 // background) and returns the node; nil when the mode is off. With tr
 // (nil: off) each lease call is a span.
-func startSnowflake(ctx context.Context, c snowflakeConfig, store *openedStore, holder string, tr *tracing.Tracing, logger *slog.Logger) (*snowflake.Node, error) {
+//
+// In a region (reg), the worker ID comes from the region's slice of the
+// worker IDs (region.WorkerSlice): regions never lease the same one.
+func startSnowflake(ctx context.Context, c snowflakeConfig, store *openedStore, holder string, reg *servingRegion, tr *tracing.Tracing, logger *slog.Logger) (*snowflake.Node, error) {
 	if !c.enabled {
 		return nil, nil
 	}
@@ -79,10 +82,18 @@ func startSnowflake(ctx context.Context, c snowflakeConfig, store *openedStore, 
 	if tr != nil {
 		leases = tr.Leases(leases)
 	}
+	var workers *snowflake.WorkerRange
+	if reg != nil {
+		lo, hi, err := reg.workerSlice(layout)
+		if err != nil {
+			return nil, err
+		}
+		workers = &snowflake.WorkerRange{First: lo, Last: hi}
+	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	return snowflake.Start(ctx, snowflake.Config{
-		Layout: layout, Store: leases, Holder: holder,
+		Layout: layout, Store: leases, Holder: holder, Workers: workers,
 		TTL: c.ttl, RenewEvery: c.renewEvery, Margin: c.margin, MaxWait: c.maxWait,
 		Logger: logger,
 	})

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// claimSQLite makes a SQLite database claimed as region name of regions,
+// with block, and returns its URL.
+func claimSQLite(t *testing.T, name, regions, block string) string {
+	t.Helper()
+	url := "sqlite://" + filepath.Join(t.TempDir(), "idmint.db")
+	idmint(t, "migrate", "--database-url", url)
+	idmint(t, "region", "claim", "--database-url", url, "--name", name, "--regions", regions, "--block", block)
+	return url
+}
+
+// serveErr runs serve with args until it fails or 5 s pass, and returns
+// its error (nil: it served).
+func serveErr(t *testing.T, args ...string) (error, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	var stderr bytes.Buffer
+	err := run(ctx, append([]string{"serve", "--listen", "127.0.0.1:0", "--snowflake=false"}, args...), io.Discard, &stderr)
+	return err, stderr.String()
+}
+
+func TestRegion_ClaimShow(t *testing.T) {
+	url := claimSQLite(t, "eu", "eu,us,ap", "1000000")
+	// The same claim again changes nothing; another is refused.
+	idmint(t, "region", "claim", "--database-url", url, "--name", "eu", "--regions", "eu,us,ap", "--block", "1000000")
+	var out, errOut bytes.Buffer
+	err := run(t.Context(), []string{"region", "claim", "--database-url", url, "--name", "us", "--regions", "eu,us,ap", "--block", "1000000"}, &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "differs") {
+		t.Fatalf("another region's claim: %v", err)
+	}
+	var share struct {
+		Name   string `json:"name"`
+		Epochs []struct {
+			Block   string   `json:"block"`
+			Regions []string `json:"regions"`
+			Index   int      `json:"index"`
+		} `json:"epochs"`
+	}
+	if err := json.Unmarshal([]byte(idmint(t, "region", "show", "--database-url", url, "--json")), &share); err != nil {
+		t.Fatal(err)
+	}
+	if share.Name != "eu" || len(share.Epochs) != 1 || share.Epochs[0].Block != "1000000" || share.Epochs[0].Index != 0 {
+		t.Fatalf("region show: %+v", share)
+	}
+}
+
+// TestServe_Region: serve refuses a database whose share is another
+// region's, or a database with a share without --region, or --region on a
+// database with none, before anything is served; with the right region it
+// serves the share and says so in /id/health.
+func TestServe_Region(t *testing.T) {
+	url := claimSQLite(t, "eu", "eu,us", "1000000")
+	plain := "sqlite://" + filepath.Join(t.TempDir(), "plain.db")
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"another region", []string{"--database-url", url, "--region", "us"}, `the database is region "eu"'s`},
+		{"no --region", []string{"--database-url", url}, "serve it with --region eu"},
+		{"a database without a share", []string{"--database-url", plain, "--region", "eu"}, "no region share"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err, _ := serveErr(t, tt.args...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("serve %v: %v; want a refusal saying %q", tt.args, err, tt.want)
+			}
+		})
+	}
+	base, _ := startServe(t, "--database-url", url, "--region", "eu", "--tag", "order")
+	id := getID(t, base, "order")
+	if (id-1)/1_000_000%2 != 0 {
+		t.Fatalf("region eu (index 0 of 2) handed out %d, in another region's block", id)
+	}
+	h := regionHealth(t, base)
+	if h.Region == nil || h.Region.Name != "eu" || h.Region.Index != 0 || h.Region.Share.WorkerSlots != 8 {
+		t.Fatalf("/id/health region: %+v", h.Region)
+	}
+}
+
+// TestServe_RegionPeers: a peer whose share overlaps ours with other blocks
+// is refused before anything is served; an agreeing one is reported so.
+func TestServe_RegionPeers(t *testing.T) {
+	eu := claimSQLite(t, "eu", "eu,us", "1000000")
+	euBase, _ := startServe(t, "--database-url", eu, "--region", "eu", "--tag", "order")
+
+	bad := claimSQLite(t, "us", "eu,us", "2000000")
+	err, _ := serveErr(t, "--database-url", bad, "--region", "us", "--region-peer", euBase)
+	if err == nil || !strings.Contains(err.Error(), "different blocks") {
+		t.Fatalf("serve beside a peer with other blocks: %v; want a refusal", err)
+	}
+	twin := claimSQLite(t, "eu", "eu,us", "1000000")
+	if err, _ := serveErr(t, "--database-url", twin, "--region", "eu", "--region-peer", euBase); err == nil || !strings.Contains(err.Error(), "named") {
+		t.Fatalf("serve beside a peer of the same region: %v; want a refusal", err)
+	}
+
+	us := claimSQLite(t, "us", "eu,us", "1000000")
+	usBase, _ := startServe(t, "--database-url", us, "--region", "us", "--tag", "order", "--region-peer", euBase)
+	if id := getID(t, usBase, "order"); (id-1)/1_000_000%2 != 1 {
+		t.Fatalf("region us (index 1 of 2) handed out %d", id)
+	}
+	h := regionHealth(t, usBase)
+	if len(h.Region.Peers) != 1 || !h.Region.Peers[0].Agrees || h.Region.Peers[0].Name != "eu" {
+		t.Fatalf("peers: %+v", h.Region.Peers)
+	}
+	if h.Region.Share.WorkerSlot != 1 {
+		t.Fatalf("worker slot %d", h.Region.Share.WorkerSlot)
+	}
+}
+
+type regionDoc struct {
+	Region *struct {
+		Name  string `json:"name"`
+		Index int    `json:"index"`
+		Share struct {
+			WorkerSlot  int `json:"worker_slot"`
+			WorkerSlots int `json:"worker_slots"`
+		} `json:"share"`
+		Peers []struct {
+			Name   string `json:"name"`
+			Agrees bool   `json:"agrees"`
+		} `json:"peers"`
+	} `json:"region"`
+}
+
+func regionHealth(t *testing.T, base string) regionDoc {
+	t.Helper()
+	resp, err := http.Get(base + "/id/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var h regionDoc
+	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func getID(t *testing.T, base, tag string) int64 {
+	t.Helper()
+	resp, err := http.Get(base + "/id?biz_tag=" + tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r struct {
+		ID int64 `json:"id,string"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /id: %d, %v", resp.StatusCode, err)
+	}
+	return r.ID
+}

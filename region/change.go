@@ -1,0 +1,81 @@
+package region
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// Errors of the changes to a share.
+var (
+	// ErrShareDiffers means a database's share differs from the one a
+	// command would write: a share is written once, and only extended.
+	ErrShareDiffers = fmt.Errorf("%w: the database's share differs", ErrConflict)
+	// ErrGranted means a tag's max_id is at or above where a share would
+	// start or be fenced: IDs there may have been granted already.
+	ErrGranted = errors.New("ids granted at or above the boundary")
+	// ErrBlockBelowStep means a block smaller than a tag's max_step
+	// (segment.DefaultMaxStep when unset): every range would be clipped.
+	ErrBlockBelowStep = errors.New("block smaller than a tag's max_step")
+)
+
+// IsZero reports whether s is no share: a single-region database.
+func (s Share) IsZero() bool { return s.Name == "" && len(s.Epochs) == 0 }
+
+// Equal reports whether s and o are the same share.
+func (s Share) Equal(o Share) bool {
+	return s.Name == o.Name && s.WorkerSlot == o.WorkerSlot && s.WorkerSlots == o.WorkerSlots &&
+		slices.EqualFunc(s.Epochs, o.Epochs, func(a, b Epoch) bool { return a.sameScheme(b) && a.To == b.To && a.Index == b.Index })
+}
+
+// Extend returns the epochs a database whose share is have must add to
+// hold want: none when it holds it already. want must be valid; have must
+// be no share, or the same region and worker slot whose epochs are the
+// first of want's, its last one fenced where the first added one starts
+// or below. Anything else wraps ErrShareDiffers: a share is written once
+// and only ever extended above a fence.
+func Extend(have, want Share) ([]Epoch, error) {
+	if err := want.Validate(); err != nil {
+		return nil, err
+	}
+	if len(want.Epochs) == 0 {
+		return nil, fmt.Errorf("%w: a share of no epoch", ErrInvalid)
+	}
+	if have.IsZero() {
+		return want.Epochs, nil
+	}
+	if have.Name != want.Name || have.WorkerSlot != want.WorkerSlot || have.WorkerSlots != want.WorkerSlots {
+		return nil, fmt.Errorf("%w: it is region %q (worker slot %d of %d), not %q (worker slot %d of %d)", ErrShareDiffers,
+			have.Name, have.WorkerSlot, have.WorkerSlots, want.Name, want.WorkerSlot, want.WorkerSlots)
+	}
+	if len(have.Epochs) > len(want.Epochs) || !(Share{Epochs: want.Epochs[:len(have.Epochs)]}).Equal(Share{Epochs: have.Epochs}) {
+		return nil, fmt.Errorf("%w: its epochs %v are not the first of %v", ErrShareDiffers, have.Epochs, want.Epochs)
+	}
+	return want.Epochs[len(have.Epochs):], nil
+}
+
+// Fence returns have with its open epoch ended at at (To = at), and
+// whether that changed it: a share fenced at at already is returned as it
+// is. With raise, a last epoch fenced below at is moved up to at: safe only
+// while no database has an epoch starting at the old fence (a split's
+// phase 1, retried higher because grants passed the first boundary). A
+// share fenced elsewhere otherwise, one whose open epoch starts at or above
+// at, and no share at all are refused.
+func Fence(have Share, at int64, raise bool) (Share, bool, error) {
+	if len(have.Epochs) == 0 {
+		return Share{}, false, fmt.Errorf("%w: no share to fence", ErrInvalid)
+	}
+	last := &have.Epochs[len(have.Epochs)-1]
+	switch {
+	case last.To == at:
+		return have, false, nil
+	case !last.Open() && (!raise || at < last.To):
+		return Share{}, false, fmt.Errorf("%w: region %q is fenced at %d already, not at %d", ErrShareDiffers, have.Name, last.To, at)
+	case at <= last.From:
+		return Share{}, false, fmt.Errorf("%w: fence at %d: region %q's open epoch starts at %d", ErrInvalid, at, have.Name, last.From)
+	}
+	fenced := have
+	fenced.Epochs = slices.Clone(have.Epochs)
+	fenced.Epochs[len(fenced.Epochs)-1].To = at
+	return fenced, true, nil
+}
