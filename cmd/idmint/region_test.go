@@ -23,14 +23,14 @@ func claimSQLite(t *testing.T, name, regions, block string) string {
 }
 
 // serveErr runs serve with args until it fails or 5 s pass, and returns
-// its error (nil: it served).
-func serveErr(t *testing.T, args ...string) (error, string) {
+// what it wrote to stderr and its error (nil: it served).
+func serveErr(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	var stderr bytes.Buffer
 	err := run(ctx, append([]string{"serve", "--listen", "127.0.0.1:0", "--snowflake=false"}, args...), io.Discard, &stderr)
-	return err, stderr.String()
+	return stderr.String(), err
 }
 
 func TestRegion_ClaimShow(t *testing.T) {
@@ -75,7 +75,7 @@ func TestServe_Region(t *testing.T) {
 		{"a database without a share", []string{"--database-url", plain, "--region", "eu"}, "no region share"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			err, _ := serveErr(t, tt.args...)
+			_, err := serveErr(t, tt.args...)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("serve %v: %v; want a refusal saying %q", tt.args, err, tt.want)
 			}
@@ -99,12 +99,12 @@ func TestServe_RegionPeers(t *testing.T) {
 	euBase, _ := startServe(t, "--database-url", eu, "--region", "eu", "--tag", "order")
 
 	bad := claimSQLite(t, "us", "eu,us", "2000000")
-	err, _ := serveErr(t, "--database-url", bad, "--region", "us", "--region-peer", euBase)
+	_, err := serveErr(t, "--database-url", bad, "--region", "us", "--region-peer", euBase)
 	if err == nil || !strings.Contains(err.Error(), "different blocks") {
 		t.Fatalf("serve beside a peer with other blocks: %v; want a refusal", err)
 	}
 	twin := claimSQLite(t, "eu", "eu,us", "1000000")
-	if err, _ := serveErr(t, "--database-url", twin, "--region", "eu", "--region-peer", euBase); err == nil || !strings.Contains(err.Error(), "named") {
+	if _, err := serveErr(t, "--database-url", twin, "--region", "eu", "--region-peer", euBase); err == nil || !strings.Contains(err.Error(), "named") {
 		t.Fatalf("serve beside a peer of the same region: %v; want a refusal", err)
 	}
 

@@ -7,7 +7,6 @@ package regiontest
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -407,7 +406,7 @@ func retire(t *testing.T, open Open) {
 		}
 		l.add("us", seg)
 	}
-	if slices.Equal(shares["eu"].Epochs[1].Regions, []string{"eu", "ap"}) == false {
+	if !slices.Equal(shares["eu"].Epochs[1].Regions, []string{"eu", "ap"}) {
 		t.Fatalf("eu's new epoch %v", shares["eu"].Epochs)
 	}
 	l.check(t, shares)
@@ -460,5 +459,5 @@ func waitAbove(t *testing.T, l *ledger, at int64, names ...string) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	t.Fatal(fmt.Sprintf("not every region of %v granted above %d in 30s", names, at))
+	t.Fatalf("not every region of %v granted above %d in 30s", names, at)
 }
