@@ -343,7 +343,7 @@ func (c *Client) Stats() Stats {
 	for _, r := range c.regions {
 		out.Regions = append(out.Regions, RegionStats{
 			Name: r.name, Serving: r == st.region, Left: r.left.Load(),
-			Abandoned: r.abandoned.Load(), NotGivenBack: r.notBack.Load(),
+			Abandoned: r.abandoned.Load(), Gap: r.gap.Load(),
 		})
 	}
 	return out

@@ -147,10 +147,9 @@ func (g rangeSource) Lookup(ctx context.Context, req segment.Ask) (segment.Grant
 
 // GiveBack gives back r, the unused tail of req's range, to the region
 // that granted it; once the client left that region as down, it is not
-// sent, and r is a gap.
+// sent, and r is a gap (counted in RegionStats.Gap).
 func (g rangeSource) GiveBack(ctx context.Context, req segment.Ask, r segment.Range) (bool, error) {
 	if g.st.down.Load() {
-		g.st.region.notBack.Add(r.Len())
 		return false, fmt.Errorf("region %q: %w", g.st.region.name, errRegionLeft)
 	}
 	return g.c.giveBack(ctx, g.st.region, req, r)

@@ -40,7 +40,7 @@ type region struct {
 
 	left      atomic.Int64 // moves away because it could not grant
 	abandoned atomic.Int64 // asks given up as ambiguous when it was left
-	notBack   atomic.Int64 // IDs not given back because it was down
+	gap       atomic.Int64 // IDs of the stints left, never handed out nor given back
 }
 
 // floor returns the highest ID the region granted to tag.
@@ -216,6 +216,9 @@ func (c *Client) closeStint(st *stint) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*c.cfg.AttemptTimeout)
 	defer cancel()
 	err := st.set.Close(ctx)
+	for _, s := range st.set.Stats() {
+		st.region.gap.Add(s.Abandoned)
+	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	for id := range st.uncertain {
@@ -344,7 +347,10 @@ type RegionStats struct {
 	// range, if it committed, is a gap, found in the region's segment log
 	// by its request ID.
 	Abandoned int64
-	// NotGivenBack counts the unused IDs not given back because their
-	// region was down when they were to go back: a gap.
-	NotGivenBack int64
+	// Gap counts the IDs the region granted to the client before it left
+	// the region, and that were neither handed out nor given back (a
+	// give-back is skipped when the region is down): what the region's
+	// buffers held then, and the ranges of the requests found committed
+	// but not served.
+	Gap int64
 }
