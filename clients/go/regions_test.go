@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -259,6 +260,25 @@ func requireNoCrossing(tb testing.TB, ids []int64, a, b *testRegion) {
 	}
 }
 
+// requireNoLeap fails tb unless r's ranges follow one another from its
+// tag's start: none starts past the end of those before it, as one would
+// if a floor claimed from another region's share had raised r's max_id.
+func requireNoLeap(tb testing.TB, r *testRegion, start int64) {
+	tb.Helper()
+	var ranges [][2]int64
+	for _, rg := range r.segmentLog() {
+		ranges = append(ranges, rg)
+	}
+	sort.Slice(ranges, func(i, j int) bool { return ranges[i][0] < ranges[j][0] })
+	end := start - 1
+	for _, rg := range ranges {
+		if rg[0] > end+1 {
+			tb.Fatalf("region %s: range [%d, %d] starts past %d, the end of its ranges before it: its max_id leapt", r.name, rg[0], rg[1], end)
+		}
+		end = max(end, rg[1])
+	}
+}
+
 // regionsClient returns a client of regions a (home) and b.
 func regionsClient(tb testing.TB, a, b []string) *client.Client {
 	tb.Helper()
@@ -332,6 +352,8 @@ func TestClient_RegionsFailover(t *testing.T) {
 	}
 	ids := l.handedOut()
 	requireNoCrossing(t, ids, a, b)
+	requireNoLeap(t, a, 1)
+	requireNoLeap(t, b, bStart+1)
 	t.Logf("%d ids, 0 duplicates, %d failed calls; first id from b %v after the kill (wait 1s); first id from a again %v after its processes were started (start took part of it; probing %v→%v); regions %+v",
 		len(ids), r.Failed, failover.Round(time.Millisecond), back.Round(time.Millisecond), 50*time.Millisecond, 500*time.Millisecond, st.Regions)
 }
@@ -444,4 +466,32 @@ func TestClient_RegionsGiveBack(t *testing.T) {
 		}
 	}
 	t.Logf("max_id a %d, b %d; highest handed out a %d, b %d; regions %+v", a.maxID(), b.maxID(), highest["a"], highest["b"], st.Regions)
+}
+
+// TestClient_RegionsConfig: URLs and Regions are one or the other, and
+// every region is named, once, with URLs.
+func TestClient_RegionsConfig(t *testing.T) {
+	a := client.Region{Name: "a", URLs: []string{"http://127.0.0.1:1"}}
+	for _, tc := range []struct {
+		name string
+		cfg  client.Config
+		want string
+	}{
+		{"both", client.Config{URLs: a.URLs, Regions: []client.Region{a}}, "URLs and Regions are both set"},
+		{"unnamed", client.Config{Regions: []client.Region{a, {URLs: a.URLs}}}, "region 1 has no name"},
+		{"twice", client.Config{Regions: []client.Region{a, a}}, `region "a" is named twice`},
+		{"no urls", client.Config{Regions: []client.Region{a, {Name: "b"}}}, `region "b" has no URLs`},
+		{"bad url", client.Config{Regions: []client.Region{a, {Name: "b", URLs: []string{"ftp://x"}}}}, `URL "ftp://x"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := client.New(context.Background(), tc.cfg)
+			if err == nil {
+				c.Close(context.Background())
+				t.Fatalf("New accepted %+v", tc.cfg)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q, want it to say %q", err, tc.want)
+			}
+		})
+	}
 }
