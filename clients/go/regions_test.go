@@ -442,7 +442,15 @@ func TestClient_RegionsGiveBack(t *testing.T) {
 	bin := idmintBinary(t)
 	a := newRegion(t, bin, "a", 1, 1)
 	b := newRegion(t, bin, "b", bStart+1, 1)
+	// A second tag, served once from home: its range is in home's buffer
+	// when the client leaves home, a gap that cannot go back.
+	if _, err := a.store.CreateTag(context.Background(), allocator.TagSpec{Name: "user", Step: 100, MaxStep: 100}); err != nil {
+		t.Fatal(err)
+	}
 	c := regionsClient(t, a.urls(), b.urls())
+	if _, err := c.Next(context.Background(), "user"); err != nil {
+		t.Fatal(err)
+	}
 	l := startRegionLoad(c, 1)
 	defer l.halt()
 	waitServing(t, c, l, "a", time.Time{})
@@ -464,6 +472,9 @@ func TestClient_RegionsGiveBack(t *testing.T) {
 		if got, want := r.maxID(), highest[r.name]; got != want {
 			t.Errorf("region %s: max_id %d, want %d, the highest id handed out from it: its tails did not all go back to it", r.name, got, want)
 		}
+	}
+	if got := st.Regions[0].Gap; got < 99 {
+		t.Errorf("region a: gap %d, want at least the 99 ids of tag user left in its buffer when the client left a (%+v)", got, st.Regions)
 	}
 	t.Logf("max_id a %d, b %d; highest handed out a %d, b %d; regions %+v", a.maxID(), b.maxID(), highest["a"], highest["b"], st.Regions)
 }
