@@ -294,10 +294,15 @@ func (c *Client) tryReturn(ctx context.Context) bool {
 	return true
 }
 
-// stopProbing ends the probing: home serves.
+// stopProbing ends the probing, and reports true, when home serves (or
+// the client is closed); checked under the lock, so that a move away from
+// home made meanwhile, which saw the probing still on, keeps it on.
 func (c *Client) stopProbing() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !c.closed && c.serving.Load().region != c.regions[0] {
+		return false
+	}
 	c.probing = false
 	return true
 }
