@@ -1,7 +1,7 @@
 # The few targets people type. CI (.ci/run) runs `make test` too, so a green
 # `make test` here means a green CI, given the same environment.
 #
-# Tests need PostgreSQL (see internal/pgtest): IDMINT_TEST_DATABASE_URL, a
+# Tests need PostgreSQL (see testkit/pgtest): IDMINT_TEST_DATABASE_URL, a
 # Docker engine, or the server binaries (apt-get install postgresql).
 
 GO    ?= go
@@ -29,7 +29,7 @@ dev-certs:
 	$(GO) run ./cmd/idmint dev-certs --dir dev-certs
 
 # test runs the module's tests, then the Helm chart's (test-helm, a module
-# of its own). The first ends with the scenario report of internal/pgtest: every test that ran
+# of its own). The first ends with the scenario report of testkit/pgtest: every test that ran
 # on PostgreSQL, in which mode (external, testcontainers, local), and every
 # scenario that did not run, with the reason. A scenario this machine cannot
 # run fails the test unless IDMINT_TEST_ALLOW_SKIP names it; an optional one
@@ -58,7 +58,7 @@ test:
 	rm -f "$$report"; exit $$rc
 	$(MAKE) --no-print-directory test-helm
 
-# test-clients runs the conformance suite of every client (internal/conformance
+# test-clients runs the conformance suite of every client (testkit/conformance
 # TestConformance, docs/clients.md): each clients/LANG/conformance present
 # against two idmint serve processes on PostgreSQL behind lossy proxies, an
 # instance SIGKILLed mid-run, checked against the segment log, with each
@@ -71,7 +71,7 @@ CLIENTS         ?= all
 REQUIRE_CLIENTS ?=
 test-clients:
 	IDMINT_TEST_CLIENTS='$(CLIENTS)' IDMINT_TEST_REQUIRE_CLIENTS='$(REQUIRE_CLIENTS)' \
-	$(GO) test -count=1 -v -timeout 20m -run '^(TestConformance|TestPythonClient)$$' ./internal/conformance
+	$(GO) test -count=1 -v -timeout 20m -run '^(TestConformance|TestPythonClient)$$' ./testkit/conformance
 
 # fuzz runs each fuzz target for FUZZTIME (CI runs it after the tests):
 # request parsing, token parsing, the token check of the HTTP API, the range
@@ -102,7 +102,9 @@ bench-http:
 	@mkdir -p bin
 	$(GO) build -o $(BIN) ./cmd/idmint
 	$(GO) build -o bin/idmint-bench ./cmd/idmint-bench
-	bin/idmint-bench -idmint $(BIN) $(BENCH_ARGS)
+	$(GO) build -o bin/withpostgres ./testkit/cmd/withpostgres
+	if [ -n "$$IDMINT_BENCH_DATABASE_URL" ]; then bin/idmint-bench -idmint $(BIN) $(BENCH_ARGS); \
+	else bin/withpostgres bin/idmint-bench -idmint $(BIN) $(BENCH_ARGS); fi
 
 # lint fails first when a tracked file is build output (an executable binary,
 # or a file over 1 MiB that scripts/check-tracked.sh does not name), then runs
@@ -201,7 +203,7 @@ drill-ha:
 # make drill-far FAR_DURATION=30s
 FAR_DURATION ?= 20s
 drill-far:
-	IDMINT_DRILL_FAR='$(FAR_DURATION)' $(GO) test -count=1 -v -timeout 10m -run '^TestDrillFar$$' ./internal/faults
+	IDMINT_DRILL_FAR='$(FAR_DURATION)' $(GO) test -count=1 -v -timeout 10m -run '^TestDrillFar$$' ./testkit/faults
 
 # drill-failover repeats the failover tests on real streaming replication
 # (a lagging asynchronous standby promoted, a disconnected one promoted after
@@ -210,11 +212,11 @@ drill-far:
 FAILOVER_RUNS ?= 10
 drill-failover:
 	@out=$$(mktemp); status=0; \
-	$(GO) test -race -count=$(FAILOVER_RUNS) -timeout 60m -run '^TestFailover_' -v ./internal/faults >"$$out" 2>&1 || status=$$?; \
+	$(GO) test -race -count=$(FAILOVER_RUNS) -timeout 60m -run '^TestFailover_' -v ./testkit/faults >"$$out" 2>&1 || status=$$?; \
 	grep -E '^(--- |ok|FAIL|panic)|failover_test.go:[0-9]+: (async|sync|primary|the same|gave up|disconnected)|DUPLICATE|refused:' "$$out"; \
 	if [ $$status -ne 0 ]; then tail -n 60 "$$out"; fi; rm -f "$$out"; exit $$status
 
-# drill-runway runs the runway outage tests (internal/faults TestRunway_*:
+# drill-runway runs the runway outage tests (testkit/faults TestRunway_*:
 # PostgreSQL cut by a proxy, SQLite locked by another process, the Go client)
 # RUNWAY_RUNS times and prints their RUNWAY FIGURE lines: the runway held when
 # the outage began, errors and duplicates through a shorter outage, the time to
@@ -222,7 +224,7 @@ drill-failover:
 RUNWAY_RUNS ?= 1
 drill-runway:
 	@out=$$(mktemp); status=0; \
-	$(GO) test -count=$(RUNWAY_RUNS) -timeout 30m -run '^TestRunway_' -v ./internal/faults >"$$out" 2>&1 || status=$$?; \
+	$(GO) test -count=$(RUNWAY_RUNS) -timeout 30m -run '^TestRunway_' -v ./testkit/faults >"$$out" 2>&1 || status=$$?; \
 	grep -E '^(--- |ok|FAIL|panic)|runway_test.go:[0-9]+: [^c]|DUPLICATE' "$$out"; \
 	if [ $$status -ne 0 ]; then tail -n 60 "$$out"; fi; rm -f "$$out"; exit $$status
 

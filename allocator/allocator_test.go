@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,11 +13,9 @@ import (
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/memstore"
-	"github.com/idmint/idmint/internal/storetest"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/testkit/storetest"
 )
-
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func newAllocator(tb testing.TB, store allocator.Store, mod func(*allocator.Config)) *allocator.Allocator {
 	tb.Helper()

@@ -43,5 +43,5 @@
 // replication checks that go with it); sqlite keeps the same guarantees in
 // one file for the processes of a single machine; memstore is an in-memory
 // one for tests and for programs that need IDs unique within one process.
-// internal/storetest is the contract suite every backend runs.
+// testkit/storetest is the contract suite every backend runs.
 package allocator

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/idmint/idmint/testkit/testlog"
+
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/memstore"
 )
@@ -16,7 +18,7 @@ func Example() {
 	if _, err := store.CreateTag(ctx, allocator.TagSpec{Name: "order", Step: 100, Start: 1000}); err != nil {
 		panic(err)
 	}
-	a := allocator.New(allocator.Config{Store: store, Logger: quiet()})
+	a := allocator.New(allocator.Config{Store: store, Logger: testlog.Discard()})
 	defer a.Close(ctx)
 
 	id, _ := a.Next(ctx, "order")

@@ -14,8 +14,8 @@ import (
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/memstore"
-	"github.com/idmint/idmint/internal/testlog"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/testkit/testlog"
 )
 
 // logLines collects JSON log lines; safe for concurrent use.

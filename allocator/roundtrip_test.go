@@ -13,8 +13,8 @@ import (
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/memstore"
-	"github.com/idmint/idmint/internal/storetest"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/testkit/storetest"
 )
 
 // TestRoundTrip_Timeout: the timeout is the floor for a nearby database,

@@ -8,7 +8,7 @@ import (
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/memstore"
-	"github.com/idmint/idmint/internal/starvetest"
+	"github.com/idmint/idmint/testkit/starvetest"
 )
 
 // TestAllocator_StarvedTag is the server's side of the client's starved

@@ -71,7 +71,7 @@ var (
 // segments and ranges (Granter), the administration of tags (Admin) and the
 // bearer tokens (token.Store). Each backend is a package beside this one:
 // postgres (production), sqlite (one machine), memstore (one process, and
-// tests). The contract they all keep is internal/storetest.
+// tests). The contract they all keep is testkit/storetest.
 type Store interface {
 	Granter
 	Admin

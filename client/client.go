@@ -62,7 +62,13 @@ type Config struct {
 	// Tags are loaded by New, so that the first IDs need no round trip.
 	Tags []string
 	// HTTPClient sends the requests (default: a client of its own, whose
-	// idle connections Close closes).
+	// idle connections Close closes). Every request carries the context of
+	// the call it is made for: New's for the first loads, the Next (or
+	// NextN) whose take started a background load (its values, such as a
+	// trace, not its cancellation or deadline), Close's for the
+	// give-backs. So a transport that reads the context, such as
+	// OpenTelemetry's otelhttp.NewTransport, sends the caller's trace
+	// (traceparent) with each of them.
 	HTTPClient *http.Client
 	// Token is the bearer token sent with every request, for instances
 	// serving with --auth token (scope ids or ids:TAG). It is never logged

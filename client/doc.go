@@ -28,5 +28,9 @@
 // left unsettled in a region the client left is given up (a gap, never a
 // duplicate). See docs/clients.md, "Regions".
 //
+// Tracing: the client makes no span and depends on no tracing library; a
+// Config.HTTPClient whose transport is otelhttp.NewTransport propagates
+// the caller's trace on every request made for it (see Config.HTTPClient).
+//
 // The package depends on no idmint package but segment.
 package client

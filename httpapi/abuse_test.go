@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/testlog"
+
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/segment"
@@ -36,10 +38,10 @@ func TestAbuse(t *testing.T) {
 	// runs at it or below (the race detector slows the server to a few
 	// thousand IDs/s), the flood is held to it.
 	const perToken = 2000
-	a := allocator.New(allocator.Config{Store: store, Logger: quiet(),
+	a := allocator.New(allocator.Config{Store: store, Logger: testlog.Discard(),
 		Segment: segment.Config{LoadTimeout: 5 * time.Second, WaitTimeout: 5 * time.Second}})
 	t.Cleanup(func() { a.Close(context.Background()) })
-	api := httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), MaxCount: 1000,
+	api := httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard(), MaxCount: 1000,
 		Auth:   httpapi.AuthConfig{Tokens: store, IDs: httpapi.AuthToken},
 		Limits: httpapi.Limits{IDsPerSecondPerToken: perToken, ReadTimeout: time.Second, ReadHeaderTimeout: time.Second}})
 	srv := api.HTTPServer()

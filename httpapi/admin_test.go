@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/httpapi"
-	"github.com/idmint/idmint/internal/testutil"
+	"github.com/idmint/idmint/testkit/testutil"
 	"github.com/idmint/idmint/wire"
 )
 

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/testlog"
+
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idmint/idmint/allocator"
@@ -22,10 +24,10 @@ import (
 	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/allocator/sqlite"
 	"github.com/idmint/idmint/httpapi"
-	"github.com/idmint/idmint/internal/pgtest"
-	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/migrations"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/testkit/pgtest"
+	"github.com/idmint/idmint/testkit/testutil"
 	"github.com/idmint/idmint/token"
 	"github.com/idmint/idmint/wire"
 )
@@ -84,14 +86,14 @@ func newTokenInstanceWith(t *testing.T, store adminStore, auth httpapi.AuthConfi
 	t.Helper()
 	metrics := httpapi.NewMetrics()
 	a := allocator.New(allocator.Config{
-		Store: store, Instance: "auth", Logger: quiet(), CatalogInterval: 100 * time.Millisecond,
+		Store: store, Instance: "auth", Logger: testlog.Discard(), CatalogInterval: 100 * time.Millisecond,
 		Segment: segment.Config{LoadTimeout: 5 * time.Second, WaitTimeout: 5 * time.Second, OnLoad: metrics.ObserveLoad},
 	})
 	t.Cleanup(func() { a.Close(context.Background()) })
 	auth.Tokens = store
 	auth.Refresh = 50 * time.Millisecond
 	cfg := httpapi.Config{
-		Allocator: a, Instance: "auth", Logger: quiet(), Metrics: metrics, MaxCount: 1000,
+		Allocator: a, Instance: "auth", Logger: testlog.Discard(), Metrics: metrics, MaxCount: 1000,
 		Auth: auth, Limits: limits, Admin: store, TokenAdmin: store,
 	}
 	if edit != nil {
@@ -319,7 +321,7 @@ func (f *failingTokens) ListTokens(context.Context) ([]token.Token, error) {
 func TestAuth_TokensUnreadable(t *testing.T) {
 	a := orderAllocator(t, memstore.New())
 	tokens := &failingTokens{}
-	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(),
+	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard(),
 		Auth: httpapi.AuthConfig{Tokens: tokens, IDs: httpapi.AuthToken, Refresh: time.Hour}})))
 	t.Cleanup(srv.Close)
 	_, bearer, _ := token.New("x", []string{"ids"})
@@ -424,7 +426,7 @@ func TestAuth_RevokedDuringOutage(t *testing.T) {
 	store := &outageTokens{}
 	store.set(false, keep, gone)
 	const refresh, maxStale = time.Second, 10 * time.Second
-	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(),
+	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard(),
 		Now:  func() time.Time { return time.Unix(0, now.Load()) },
 		Auth: httpapi.AuthConfig{Tokens: store, IDs: httpapi.AuthToken, Refresh: refresh, MaxStale: maxStale}})))
 	t.Cleanup(srv.Close)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/testlog"
+
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/httpapi"
@@ -33,21 +35,13 @@ func BenchmarkAccess_ID(b *testing.B) {
 			if _, err := m.CreateToken(context.Background(), tok); err != nil {
 				b.Fatal(err)
 			}
-			a := allocator.New(allocator.Config{Store: m, Logger: quiet()})
+			a := allocator.New(allocator.Config{Store: m, Logger: testlog.Discard()})
 			defer a.Close(context.Background())
-			h := httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(),
+			h := httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard(),
 				Auth: httpapi.AuthConfig{Tokens: m, IDs: bc.auth}, Limits: httpapi.Limits{IDsPerSecondPerToken: bc.limit}})
 			req := httptest.NewRequest(http.MethodGet, "/id?biz_tag=order", nil)
 			req.Header.Set("Authorization", "Bearer "+bearer)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for b.Loop() {
-				rec := httptest.NewRecorder()
-				h.ServeHTTP(rec, req)
-				if rec.Code != 200 {
-					b.Fatalf("status %d: %s", rec.Code, rec.Body)
-				}
-			}
+			benchGet(b, h, req)
 		})
 	}
 }
@@ -63,9 +57,9 @@ func BenchmarkAccess_Login(b *testing.B) {
 	if _, err := m.CreateToken(context.Background(), tok); err != nil {
 		b.Fatal(err)
 	}
-	a := allocator.New(allocator.Config{Store: m, Logger: quiet()})
+	a := allocator.New(allocator.Config{Store: m, Logger: testlog.Discard()})
 	defer a.Close(context.Background())
-	h := httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(),
+	h := httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard(),
 		Auth:   httpapi.AuthConfig{Tokens: m, ProtectMonitoring: true},
 		Limits: httpapi.Limits{LoginAttemptsPerMinute: 1e12}})
 	session := forgeSession(tok, time.Now().Add(time.Hour))

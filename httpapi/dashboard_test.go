@@ -19,12 +19,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/testlog"
+
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/httpapi"
-	"github.com/idmint/idmint/internal/pgtest"
-	"github.com/idmint/idmint/internal/testutil"
+	"github.com/idmint/idmint/testkit/pgtest"
+	"github.com/idmint/idmint/testkit/testutil"
 )
 
 // findChromium returns the headless browser for the dashboard test:
@@ -267,13 +269,13 @@ func TestDashboard_Browser(t *testing.T) {
 		if _, err := store.CreateTag(t.Context(), allocator.TagSpec{Name: "order", Step: 1000}); err != nil {
 			t.Fatal(err)
 		}
-		a := allocator.New(allocator.Config{Store: store, Logger: quiet()})
+		a := allocator.New(allocator.Config{Store: store, Logger: testlog.Discard()})
 		t.Cleanup(func() { a.Close(context.Background()) })
 		since := time.Now().Add(-90 * time.Second).UTC()
 		away := postgres.Standby{Name: "db2", Kind: postgres.KindRemembered, State: "disconnected"}
 		src := replicationSource{st: postgres.ReplicationStatus{Timeline: 1, InitialTimeline: 1, Required: postgres.ReplicasAuto, Ack: postgres.AckFlush,
 			Standbys: []postgres.Standby{away}, Held: []postgres.HeldStandby{{Standby: away, Since: since}}}}
-		srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), Replication: src})))
+		srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard(), Replication: src})))
 		t.Cleanup(srv.Close)
 		held := &pgInstance{srv: srv}
 		held.take(t, "order", 5)
@@ -315,9 +317,9 @@ func TestDashboard_Browser(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		a := allocator.New(allocator.Config{Store: store, Logger: quiet()})
+		a := allocator.New(allocator.Config{Store: store, Logger: testlog.Discard()})
 		t.Cleanup(func() { a.Close(context.Background()) })
-		srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), Tags: []string{"order", "user"}})))
+		srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard(), Tags: []string{"order", "user"}})))
 		t.Cleanup(srv.Close)
 		(&pgInstance{srv: srv}).take(t, "order", 3)
 		dom := string(runChromium(t, bin, srv.URL+"/id/dashboard", 2000, "--dump-dom"))

@@ -15,7 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/idmint/idmint/internal/testutil"
+	"github.com/idmint/idmint/testkit/testutil"
 )
 
 // The deploy files live at the repository root; tests run in httpapi/.

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/testlog"
+
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/httpapi"
@@ -32,9 +34,9 @@ func FuzzAuth(f *testing.F) {
 	if _, err := m.CreateToken(context.Background(), tok); err != nil {
 		f.Fatal(err)
 	}
-	a := allocator.New(allocator.Config{Store: m, Logger: quiet()})
+	a := allocator.New(allocator.Config{Store: m, Logger: testlog.Discard()})
 	f.Cleanup(func() { a.Close(context.Background()) })
-	h := httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), MaxCount: 10,
+	h := httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard(), MaxCount: 10,
 		Auth: httpapi.AuthConfig{Tokens: m, IDs: httpapi.AuthToken}, Admin: m,
 		Limits: httpapi.Limits{IDsPerSecondPerToken: 1e9}})
 	for _, seed := range []struct{ auth, query string }{
@@ -91,10 +93,10 @@ func FuzzLoginCookie(f *testing.F) {
 			f.Fatal(err)
 		}
 	}
-	a := allocator.New(allocator.Config{Store: m, Logger: quiet()})
+	a := allocator.New(allocator.Config{Store: m, Logger: testlog.Discard()})
 	f.Cleanup(func() { a.Close(context.Background()) })
 	now := time.Now()
-	h := httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), Now: func() time.Time { return now },
+	h := httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard(), Now: func() time.Time { return now },
 		Auth: httpapi.AuthConfig{Tokens: m, ProtectMonitoring: true}})
 	good := forgeSession(mon, now.Add(time.Hour))
 	name := httpapi.MonitorCookie + "="

@@ -12,16 +12,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/testlog"
+
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/httpapi"
-	"github.com/idmint/idmint/internal/pgtest"
-	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/migrations"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/testkit/pgtest"
+	"github.com/idmint/idmint/testkit/testutil"
 	"github.com/idmint/idmint/wire"
 )
 
@@ -73,7 +75,7 @@ func newPGInstance(tb testing.TB, server *pgtest.Server, tags map[string]int64, 
 	store := &lossyStore{Store: pg}
 	metrics := httpapi.NewMetrics()
 	cfg := allocator.Config{
-		Store: store, Instance: "e2e", Logger: quiet(),
+		Store: store, Instance: "e2e", Logger: testlog.Discard(),
 		AttemptTimeout: 300 * time.Millisecond, RetryMin: 5 * time.Millisecond, RetryMax: 50 * time.Millisecond,
 		Segment: segment.Config{
 			Period:      time.Nanosecond, // keep every segment at the tag's step
@@ -88,7 +90,7 @@ func newPGInstance(tb testing.TB, server *pgtest.Server, tags map[string]int64, 
 	a := allocator.New(cfg)
 	tb.Cleanup(func() { a.Close(context.Background()) })
 	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{
-		Allocator: a, Instance: "e2e", Logger: quiet(), Metrics: metrics, PingTimeout: 300 * time.Millisecond,
+		Allocator: a, Instance: "e2e", Logger: testlog.Discard(), Metrics: metrics, PingTimeout: 300 * time.Millisecond,
 		Replication: pg,
 	})))
 	tb.Cleanup(srv.Close)

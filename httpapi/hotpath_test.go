@@ -15,8 +15,8 @@ import (
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/httpapi"
-	"github.com/idmint/idmint/internal/testlog"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/testkit/testlog"
 	"github.com/idmint/idmint/wire"
 )
 
@@ -31,10 +31,10 @@ func TestServer_IDsRanges(t *testing.T) {
 	}
 	var servers [2]*httptest.Server
 	for i := range servers {
-		a := allocator.New(allocator.Config{Store: m, Logger: quiet(),
+		a := allocator.New(allocator.Config{Store: m, Logger: testlog.Discard(),
 			Segment: segment.Config{Period: time.Nanosecond, WaitTimeout: 30 * time.Second}})
 		t.Cleanup(func() { a.Close(context.Background()) })
-		servers[i] = validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet()})))
+		servers[i] = validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard()})))
 		t.Cleanup(servers[i].Close)
 	}
 	seen := map[int64]bool{}
@@ -180,7 +180,7 @@ func orderAllocator(tb testing.TB, m *memstore.Store, wrap ...func(*memstore.Sto
 	for _, w := range wrap {
 		store = w(m)
 	}
-	a := allocator.New(allocator.Config{Store: store, Logger: quiet(),
+	a := allocator.New(allocator.Config{Store: store, Logger: testlog.Discard(),
 		Segment: segment.Config{WaitTimeout: time.Hour, LoadTimeout: time.Hour}})
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -203,7 +203,7 @@ func (blockingStore) Allocate(ctx context.Context, _ allocator.Request) (allocat
 // deadline's timer starts lazily, but it does start.
 func TestServer_RequestTimeout(t *testing.T) {
 	a := orderAllocator(t, memstore.New(), func(m *memstore.Store) allocator.Store { return blockingStore{m} })
-	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), RequestTimeout: 50 * time.Millisecond})))
+	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard(), RequestTimeout: 50 * time.Millisecond})))
 	defer srv.Close()
 	// The client gives up long before the buffer would: a request that is
 	// not bounded fails the test here instead of hanging it.
@@ -216,9 +216,9 @@ func TestServer_RequestTimeout(t *testing.T) {
 // TestServer_Recoverer_Metrics checks that a panic is counted as a 500 of
 // its route, like any reply.
 func TestServer_Recoverer_Metrics(t *testing.T) {
-	a := allocator.New(allocator.Config{Store: memstore.New(), Logger: quiet()})
+	a := allocator.New(allocator.Config{Store: memstore.New(), Logger: testlog.Discard()})
 	t.Cleanup(func() { a.Close(context.Background()) })
-	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: panicking{a}, Logger: quiet()})))
+	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: panicking{a}, Logger: testlog.Discard()})))
 	defer srv.Close()
 	if status, _, body := get(t, srv, "/id?biz_tag=order"); status != 500 {
 		t.Fatalf("status %d: %s", status, body)
@@ -255,10 +255,10 @@ func TestServer_RequestTimeoutFollowsRoundTrip(t *testing.T) {
 	}
 	rt := allocator.NewRoundTrip(0, 0)
 	rt.Observe(5 * time.Second)
-	a := allocator.New(allocator.Config{Store: m, Logger: quiet(), RoundTrip: rt})
+	a := allocator.New(allocator.Config{Store: m, Logger: testlog.Discard(), RoundTrip: rt})
 	t.Cleanup(func() { a.Close(context.Background()) })
 	d := deadlineAllocator{Allocator: a, left: make(chan time.Duration, 1)}
-	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: d, Logger: quiet(), RequestTimeout: 50 * time.Millisecond})))
+	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: d, Logger: testlog.Discard(), RequestTimeout: 50 * time.Millisecond})))
 	defer srv.Close()
 	if status, _, body := getURL(t, srv.URL+"/id?biz_tag=order"); status != 200 {
 		t.Fatalf("status %d: %s", status, body)

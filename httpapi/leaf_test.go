@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/testlog"
+
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/httpapi"
@@ -18,10 +20,10 @@ import (
 // newLeafServer serves Leaf's routes (or not) over store, with Snowflake.
 func newLeafServer(t *testing.T, store allocator.Store, leaf bool, edit func(*httpapi.Config)) *httptest.Server {
 	t.Helper()
-	a := allocator.New(allocator.Config{Store: store, Logger: quiet(), RetryMin: time.Millisecond, RetryMax: time.Millisecond,
+	a := allocator.New(allocator.Config{Store: store, Logger: testlog.Discard(), RetryMin: time.Millisecond, RetryMax: time.Millisecond,
 		Segment: segment.Config{LoadTimeout: 50 * time.Millisecond, WaitTimeout: 200 * time.Millisecond, MinBackoff: time.Hour}})
 	t.Cleanup(func() { a.Close(context.Background()) })
-	cfg := httpapi.Config{Allocator: a, Logger: quiet(), LeafRoutes: leaf,
+	cfg := httpapi.Config{Allocator: a, Logger: testlog.Discard(), LeafRoutes: leaf,
 		Snowflake: startNode(t, lease.NewMemory(nil), "leaf")}
 	if edit != nil {
 		edit(&cfg)

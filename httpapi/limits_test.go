@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/testlog"
+
 	"github.com/google/uuid"
 
 	"github.com/idmint/idmint/allocator"
@@ -43,10 +45,10 @@ func limitedServerAt(t *testing.T, auth httpapi.AuthConfig, limits httpapi.Limit
 	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: 1000}); err != nil {
 		t.Fatal(err)
 	}
-	a := allocator.New(allocator.Config{Store: m, Logger: quiet(), Segment: segment.Config{WaitTimeout: 5 * time.Second}})
+	a := allocator.New(allocator.Config{Store: m, Logger: testlog.Discard(), Segment: segment.Config{WaitTimeout: 5 * time.Second}})
 	t.Cleanup(func() { a.Close(context.Background()) })
 	auth.Tokens = m
-	api := httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), MaxCount: 100, Auth: auth, Limits: limits, Admin: m, Now: now, RequestTimeout: timeout})
+	api := httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard(), MaxCount: 100, Auth: auth, Limits: limits, Admin: m, Now: now, RequestTimeout: timeout})
 	srv := api.HTTPServer()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -16,10 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/testlog"
+
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/httpapi"
-	"github.com/idmint/idmint/internal/testutil"
+	"github.com/idmint/idmint/testkit/testutil"
 	"github.com/idmint/idmint/token"
 	"github.com/idmint/idmint/wire"
 )
@@ -257,7 +259,7 @@ func TestLogin_SameRefusal(t *testing.T) {
 	store.set(false, mon, adm, wide, shop, gone)
 	const refresh, maxStale = time.Second, 10 * time.Second
 	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: orderAllocator(t, memstore.New()),
-		Logger: quiet(), Now: clock.now,
+		Logger: testlog.Discard(), Now: clock.now,
 		Auth: httpapi.AuthConfig{Tokens: store, ProtectMonitoring: true, Refresh: refresh, MaxStale: maxStale}})))
 	t.Cleanup(srv.Close)
 	p := &tokenInstance{srv: srv}
@@ -405,9 +407,9 @@ func TestLogin_Browser(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, monitor := newToken(t, store, "browser", "monitor")
-	a := allocator.New(allocator.Config{Store: store, Instance: "login", Logger: quiet()})
+	a := allocator.New(allocator.Config{Store: store, Instance: "login", Logger: testlog.Discard()})
 	t.Cleanup(func() { a.Close(context.Background()) })
-	api := httpapi.NewServer(httpapi.Config{Allocator: a, Instance: "login", Logger: quiet(),
+	api := httpapi.NewServer(httpapi.Config{Allocator: a, Instance: "login", Logger: testlog.Discard(),
 		Auth: httpapi.AuthConfig{Tokens: store, ProtectMonitoring: true}, Admin: store})
 	login := &autoLogin{api: api, token: monitor, withCookie: map[string]bool{}}
 	srv := httptest.NewServer(login)

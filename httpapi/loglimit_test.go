@@ -16,8 +16,8 @@ import (
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/httpapi"
-	"github.com/idmint/idmint/internal/testlog"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/testkit/testlog"
 	"github.com/idmint/idmint/wire"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idmint/idmint/internal/pgtest"
+	"github.com/idmint/idmint/testkit/pgtest"
 )
 
 // TestMain gives the end-to-end tests (health over a real database, the

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/testlog"
+
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -18,8 +20,8 @@ import (
 	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/httpapi"
-	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/testkit/testutil"
 )
 
 // exportedMetrics are the idmint metric families /metrics must carry once a
@@ -56,14 +58,14 @@ func newMetricsServer(tb testing.TB) (*httptest.Server, *switchableStore) {
 	store := &switchableStore{Store: m}
 	metrics := httpapi.NewMetrics()
 	a := allocator.New(allocator.Config{
-		Store: store, Logger: quiet(), RetryMin: time.Millisecond, RetryMax: time.Millisecond,
+		Store: store, Logger: testlog.Discard(), RetryMin: time.Millisecond, RetryMax: time.Millisecond,
 		Segment: segment.Config{Period: time.Nanosecond, LoadTimeout: 50 * time.Millisecond,
 			WaitTimeout: 200 * time.Millisecond, MinBackoff: time.Hour, OnLoad: metrics.ObserveLoad},
 	})
 	tb.Cleanup(func() { a.Close(context.Background()) })
 	// A primary with one asynchronous standby, for the replication series.
 	repl := replicationSource{st: postgres.ReplicationStatus{Replicas: 1, Timeline: 1, InitialTimeline: 1, Required: postgres.ReplicasAuto, Ack: postgres.AckFlush}}
-	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), Metrics: metrics, Replication: repl})))
+	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard(), Metrics: metrics, Replication: repl})))
 	tb.Cleanup(srv.Close)
 	return srv, store
 }
@@ -261,9 +263,9 @@ func boolValue(b bool) float64 {
 // core (core.Core.Observe, as a grpc-go listener does) lands in the series
 // of the HTTP API's routes, under the procedure's name.
 func TestServer_CoreObserve(t *testing.T) {
-	a := allocator.New(allocator.Config{Store: memstore.New(), Logger: quiet()})
+	a := allocator.New(allocator.Config{Store: memstore.New(), Logger: testlog.Discard()})
 	t.Cleanup(func() { a.Close(context.Background()) })
-	s := httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet()})
+	s := httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard()})
 	s.Core().Observe("/idmint.v1.IDService/NextID", 200, time.Millisecond)
 	srv := validated(httptest.NewServer(s))
 	defer srv.Close()

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/testlog"
+
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
@@ -222,7 +224,7 @@ func TestOpenAPI_HealthFields(t *testing.T) {
 		if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: 10}); err != nil {
 			t.Fatal(err)
 		}
-		a := allocator.New(allocator.Config{Store: m, Logger: quiet()})
+		a := allocator.New(allocator.Config{Store: m, Logger: testlog.Discard()})
 		t.Cleanup(func() { a.Close(context.Background()) })
 		seen := time.Now().Add(-time.Hour).UTC()
 		streaming := postgres.Standby{Name: "db2", Kind: postgres.KindStreaming, State: "streaming", Slot: true, SyncState: "async", Position: "0/3000060"}
@@ -234,7 +236,7 @@ func TestOpenAPI_HealthFields(t *testing.T) {
 		}}
 		node := startNode(t, lease.NewMemory(nil), "a")
 		srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{
-			Allocator: a, Instance: "fields", Logger: quiet(), Replication: repl, Snowflake: node,
+			Allocator: a, Instance: "fields", Logger: testlog.Discard(), Replication: repl, Snowflake: node,
 		})))
 		t.Cleanup(srv.Close)
 		for range 3 {

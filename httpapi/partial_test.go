@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/testlog"
+
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/httpapi"
@@ -37,10 +39,10 @@ func TestServer_IDsPartial(t *testing.T) {
 	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "tiny", Step: 1, MaxStep: 1}); err != nil {
 		t.Fatal(err)
 	}
-	a := allocator.New(allocator.Config{Store: &slowStore{Store: m, delay: 20 * time.Millisecond}, Logger: quiet(),
+	a := allocator.New(allocator.Config{Store: &slowStore{Store: m, delay: 20 * time.Millisecond}, Logger: testlog.Discard(),
 		Segment: segment.Config{WaitTimeout: 5 * time.Second, LoadTimeout: 5 * time.Second}})
 	t.Cleanup(func() { a.Close(context.Background()) })
-	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), MaxCount: 1000,
+	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard(), MaxCount: 1000,
 		RequestTimeout: 300 * time.Millisecond})))
 	t.Cleanup(srv.Close)
 

@@ -21,13 +21,13 @@ import (
 	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/httpapi"
-	"github.com/idmint/idmint/internal/pgtest"
 	"github.com/idmint/idmint/internal/redact"
-	"github.com/idmint/idmint/internal/testlog"
-	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/lease"
 	"github.com/idmint/idmint/segment"
 	"github.com/idmint/idmint/snowflake"
+	"github.com/idmint/idmint/testkit/pgtest"
+	"github.com/idmint/idmint/testkit/testlog"
+	"github.com/idmint/idmint/testkit/testutil"
 	"github.com/idmint/idmint/wire"
 )
 

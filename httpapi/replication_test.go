@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/testlog"
+
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/allocator/postgres"
@@ -72,9 +74,9 @@ func TestHealth_Replication(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			store := memstore.New()
-			a := allocator.New(allocator.Config{Store: store, Logger: quiet()})
+			a := allocator.New(allocator.Config{Store: store, Logger: testlog.Discard()})
 			t.Cleanup(func() { a.Close(context.Background()) })
-			srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), Replication: tt.src}))
+			srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard(), Replication: tt.src}))
 			t.Cleanup(srv.Close)
 
 			_, h := (&pgInstance{srv: srv}).health(t, "")
@@ -105,9 +107,9 @@ func TestHealth_Replication(t *testing.T) {
 	}
 
 	t.Run("no source", func(t *testing.T) {
-		a := allocator.New(allocator.Config{Store: memstore.New(), Logger: quiet()})
+		a := allocator.New(allocator.Config{Store: memstore.New(), Logger: testlog.Discard()})
 		t.Cleanup(func() { a.Close(context.Background()) })
-		srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet()}))
+		srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard()}))
 		t.Cleanup(srv.Close)
 		if _, h := (&pgInstance{srv: srv}).health(t, ""); h.Replication != nil {
 			t.Fatalf("replication block without a source: %+v", h.Replication)
@@ -123,10 +125,10 @@ func TestAdmin_Standbys(t *testing.T) {
 	if _, err := pg.Pool().Exec(context.Background(), `INSERT INTO idmint_standbys (name, slot, timeline) VALUES ('db2@10.0.0.2', false, 1)`); err != nil {
 		t.Fatal(err)
 	}
-	a := allocator.New(allocator.Config{Store: pg, Logger: quiet()})
+	a := allocator.New(allocator.Config{Store: pg, Logger: testlog.Discard()})
 	t.Cleanup(func() { a.Close(context.Background()) })
 	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{
-		Allocator: a, Logger: quiet(), Admin: pg, Replication: pg, Auth: httpapi.AuthConfig{Tokens: pg},
+		Allocator: a, Logger: testlog.Discard(), Admin: pg, Replication: pg, Auth: httpapi.AuthConfig{Tokens: pg},
 	})))
 	t.Cleanup(srv.Close)
 	_, admin := newToken(t, pg, "ops", "admin")

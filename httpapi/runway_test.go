@@ -9,11 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/testlog"
+
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/httpapi"
-	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/testkit/testutil"
 	"github.com/idmint/idmint/wire"
 )
 
@@ -26,9 +28,9 @@ func newRunwayInstance(tb testing.TB, runway time.Duration, specs ...allocator.T
 			tb.Fatal(err)
 		}
 	}
-	a := allocator.New(allocator.Config{Store: store, Logger: quiet(), Segment: segment.Config{Runway: runway}})
+	a := allocator.New(allocator.Config{Store: store, Logger: testlog.Discard(), Segment: segment.Config{Runway: runway}})
 	tb.Cleanup(func() { a.Close(context.Background()) })
-	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Admin: store, Logger: quiet(), Metrics: httpapi.NewMetrics()})))
+	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Admin: store, Logger: testlog.Discard(), Metrics: httpapi.NewMetrics()})))
 	tb.Cleanup(srv.Close)
 	return &pgInstance{srv: srv}
 }

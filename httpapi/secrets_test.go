@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/testlog"
+
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/httpapi"
@@ -46,10 +48,10 @@ func TestHealth_NoConnectionDetails(t *testing.T) {
 		t.Fatal(err)
 	}
 	down := &atomic.Bool{}
-	a := allocator.New(allocator.Config{Store: leakyStore{m, down}, Logger: quiet(), RetryMin: time.Millisecond, RetryMax: time.Millisecond,
+	a := allocator.New(allocator.Config{Store: leakyStore{m, down}, Logger: testlog.Discard(), RetryMin: time.Millisecond, RetryMax: time.Millisecond,
 		Segment: segment.Config{LoadTimeout: 500 * time.Millisecond, WaitTimeout: 100 * time.Millisecond, MinBackoff: 10 * time.Millisecond}})
 	t.Cleanup(func() { a.Close(context.Background()) })
-	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet()})))
+	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard()})))
 	t.Cleanup(srv.Close)
 	get(t, srv, "/id?biz_tag=order")
 	down.Store(true)

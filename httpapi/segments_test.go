@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/testlog"
+
 	"github.com/google/uuid"
 
 	"github.com/idmint/idmint/allocator"
@@ -48,9 +50,9 @@ func rangeServers(tb testing.TB, n int) ([]*httptest.Server, *memstore.Store) {
 	}
 	var srvs []*httptest.Server
 	for range n {
-		a := allocator.New(allocator.Config{Store: m, Logger: quiet(), Instance: "test"})
+		a := allocator.New(allocator.Config{Store: m, Logger: testlog.Discard(), Instance: "test"})
 		tb.Cleanup(func() { a.Close(context.Background()) })
-		srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet()})))
+		srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard()})))
 		tb.Cleanup(srv.Close)
 		srvs = append(srvs, srv)
 	}

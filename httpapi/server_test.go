@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -15,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/testlog"
+
 	"github.com/google/uuid"
 
 	"github.com/idmint/idmint/allocator"
@@ -23,8 +24,6 @@ import (
 	"github.com/idmint/idmint/segment"
 	"github.com/idmint/idmint/wire"
 )
-
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // switchableStore fails every call while down is set, as an unreachable
 // database would.
@@ -64,11 +63,11 @@ func newServer(tb testing.TB) (*httptest.Server, *switchableStore) {
 	}
 	store := &switchableStore{Store: m}
 	a := allocator.New(allocator.Config{
-		Store: store, Logger: quiet(), RetryMin: time.Millisecond, RetryMax: time.Millisecond,
+		Store: store, Logger: testlog.Discard(), RetryMin: time.Millisecond, RetryMax: time.Millisecond,
 		Segment: segment.Config{Period: time.Nanosecond, LoadTimeout: 50 * time.Millisecond, WaitTimeout: 200 * time.Millisecond, MinBackoff: time.Hour},
 	})
 	tb.Cleanup(func() { a.Close(context.Background()) })
-	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), MaxCount: 100, Instance: "test"})))
+	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard(), MaxCount: 100, Instance: "test"})))
 	tb.Cleanup(srv.Close)
 	return srv, store
 }
@@ -250,7 +249,7 @@ func TestServer_Health(t *testing.T) {
 }
 
 func TestServer_Recoverer(t *testing.T) {
-	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: panicking{}, Logger: quiet()})))
+	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: panicking{}, Logger: testlog.Discard()})))
 	defer srv.Close()
 	status, _, body := get(t, srv, "/id?biz_tag=order")
 	if status != 500 || errorCode(t, body) != wire.CodeInternal || strings.Contains(string(body), "goroutine") {

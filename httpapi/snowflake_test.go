@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/testlog"
+
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/httpapi"
@@ -25,7 +27,7 @@ func startNode(tb testing.TB, store snowflake.LeaseStore, holder string) *snowfl
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	n, err := snowflake.Start(ctx, snowflake.Config{Layout: twoWorkers, Store: store, Holder: holder, Logger: quiet()})
+	n, err := snowflake.Start(ctx, snowflake.Config{Layout: twoWorkers, Store: store, Holder: holder, Logger: testlog.Discard()})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -41,9 +43,9 @@ func newSnowflakeServer(tb testing.TB, node httpapi.Snowflake) *httptest.Server 
 	if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: 10}); err != nil {
 		tb.Fatal(err)
 	}
-	a := allocator.New(allocator.Config{Store: m, Logger: quiet()})
+	a := allocator.New(allocator.Config{Store: m, Logger: testlog.Discard()})
 	tb.Cleanup(func() { a.Close(context.Background()) })
-	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), MaxCount: 100, Snowflake: node})))
+	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard(), MaxCount: 100, Snowflake: node})))
 	tb.Cleanup(srv.Close)
 	return srv
 }

@@ -16,7 +16,7 @@ import (
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/httpapi"
-	"github.com/idmint/idmint/internal/testlog"
+	"github.com/idmint/idmint/testkit/testlog"
 	"github.com/idmint/idmint/token"
 	"github.com/idmint/idmint/wire"
 )

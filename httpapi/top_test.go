@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/testlog"
+
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/httpapi"
@@ -32,10 +34,10 @@ func TestServer_IDsTopOfInt64(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	a := allocator.New(allocator.Config{Store: m, Logger: quiet(),
+	a := allocator.New(allocator.Config{Store: m, Logger: testlog.Discard(),
 		Segment: segment.Config{WaitTimeout: 2 * time.Second, LoadTimeout: 2 * time.Second, MinBackoff: time.Hour}})
 	t.Cleanup(func() { a.Close(context.Background()) })
-	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), MaxCount: 100,
+	srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard(), MaxCount: 100,
 		RequestTimeout: 5 * time.Second})))
 	t.Cleanup(srv.Close)
 	srv.Client().Timeout = 10 * time.Second // a looping handler fails the test instead of hanging it

@@ -11,10 +11,10 @@ import (
 
 	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/allocator/sqlite"
-	"github.com/idmint/idmint/internal/pgtest"
 	"github.com/idmint/idmint/lease"
 	"github.com/idmint/idmint/migrations"
 	"github.com/idmint/idmint/snowflake"
+	"github.com/idmint/idmint/testkit/pgtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }

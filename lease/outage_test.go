@@ -13,12 +13,12 @@ import (
 
 	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/internal/checker"
-	"github.com/idmint/idmint/internal/pgtest"
-	"github.com/idmint/idmint/internal/testutil"
-	"github.com/idmint/idmint/internal/toxic"
 	"github.com/idmint/idmint/lease"
 	"github.com/idmint/idmint/migrations"
 	"github.com/idmint/idmint/snowflake"
+	"github.com/idmint/idmint/testkit/pgtest"
+	"github.com/idmint/idmint/testkit/testutil"
+	"github.com/idmint/idmint/testkit/toxic"
 )
 
 // leaseTTL is the lease of the outage tests.

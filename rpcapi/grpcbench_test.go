@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/idmint/idmint/testkit/testlog"
+
 	"connectrpc.com/connect"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -35,11 +37,11 @@ func BenchmarkGRPCServer_NextID(b *testing.B) {
 		if _, err := m.CreateTag(context.Background(), allocator.TagSpec{Name: "order", Step: 100000}); err != nil {
 			b.Fatal(err)
 		}
-		a := allocator.New(allocator.Config{Store: m, Logger: discardLogger})
+		a := allocator.New(allocator.Config{Store: m, Logger: testlog.Discard()})
 		b.Cleanup(func() { a.Close(context.Background()) })
 		svc := New()
-		httpapi.NewServer(httpapi.Config{Allocator: a, Logger: discardLogger, RPC: svc})
-		benchGRPC(b, NewGRPCServer(svc, GRPCConfig{Logger: discardLogger}))
+		httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard(), RPC: svc})
+		benchGRPC(b, NewGRPCServer(svc, GRPCConfig{Logger: testlog.Discard()}))
 	})
 }
 

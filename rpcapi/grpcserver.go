@@ -57,6 +57,11 @@ type GRPCConfig struct {
 	MaxHeaderBytes    int
 	ReadHeaderTimeout time.Duration
 	IdleTimeout       time.Duration
+	// Trace, when set, starts the span of each unary call of procedure
+	// from the caller's metadata (its traceparent) and returns the call's
+	// context and the function that ends the span with the call's code
+	// (tracing.Tracing.GRPC); nil traces nothing.
+	Trace func(ctx context.Context, procedure string, md metadata.MD) (context.Context, func(codes.Code))
 }
 
 // DefaultMaxConcurrentStreams is net/http's HTTP/2 default, so that a
@@ -98,7 +103,7 @@ func NewGRPCServer(s *Service, cfg GRPCConfig) *grpc.Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	g := &grpcServer{s: s, logger: cfg.Logger, accessLog: cfg.AccessLog, unary: map[string]bool{}, prefix: requestPrefix()}
+	g := &grpcServer{s: s, logger: cfg.Logger, accessLog: cfg.AccessLog, trace: cfg.Trace, unary: map[string]bool{}, prefix: requestPrefix()}
 	opts := []grpc.ServerOption{
 		grpc.InTapHandle(g.tap),
 		grpc.MaxRecvMsgSize(maxMessageBytes),
@@ -158,6 +163,7 @@ type grpcServer struct {
 	s         *Service
 	logger    *slog.Logger
 	accessLog bool
+	trace     func(ctx context.Context, procedure string, md metadata.MD) (context.Context, func(codes.Code))
 	unary     map[string]bool // full method names; written only by NewGRPCServer
 	prefix    string          // of the request IDs made here
 	seq       atomic.Uint64
@@ -195,6 +201,8 @@ type grpcCall struct {
 	addr string
 	id   string // the caller's x-request-id; "" when it sent none usable
 	seq  uint64 // this listener's number of the call, named only when asked
+	// endSpan ends the call's span (GRPCConfig.Trace); nil untraced.
+	endSpan func(codes.Code)
 }
 
 type grpcCallKey struct{}
@@ -220,11 +228,27 @@ func (rc *grpcCall) requestID() string {
 	return rc.g.prefix + "-" + strconv.FormatUint(rc.seq, 10)
 }
 
-// begin makes the call of the stream whose context is ctx (its peer),
-// from its authorization and x-request-id metadata.
-func (g *grpcServer) begin(ctx context.Context, authorization, requestID []string) *grpcCall {
+// begin makes the call of procedure on the stream whose context is ctx
+// (its peer), from md, the metadata the tap has, or with md nil from the
+// incoming metadata of ctx, read key by key rather than copied whole. With
+// traced and GRPCConfig.Trace its context holds its span.
+func (g *grpcServer) begin(ctx context.Context, procedure string, md metadata.MD, traced bool) *grpcCall {
 	rc := &grpcCall{g: g, seq: g.seq.Add(1)}
-	g.s.core.Bound(&rc.Bounded, ctx, time.Now())
+	start := time.Now()
+	var authorization, requestID []string
+	if md != nil {
+		authorization, requestID = md["authorization"], md[requestIDKey]
+	} else {
+		authorization = metadata.ValueFromIncomingContext(ctx, "authorization")
+		requestID = metadata.ValueFromIncomingContext(ctx, requestIDKey)
+	}
+	if traced && g.trace != nil {
+		if md == nil {
+			md, _ = metadata.FromIncomingContext(ctx)
+		}
+		ctx, rc.endSpan = g.trace(ctx, procedure, md)
+	}
+	g.s.core.Bound(&rc.Bounded, ctx, start)
 	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 		rc.addr = p.Addr.String()
 	}
@@ -235,11 +259,15 @@ func (g *grpcServer) begin(ctx context.Context, authorization, requestID []strin
 	return rc
 }
 
-// end records the call as a request of route answered with status (the
-// HTTP status its outcome has on the HTTP port), logs it with AccessLog,
-// and releases its timer.
-func (g *grpcServer) end(rc *grpcCall, route string, status int) {
+// end records the call as a request of route answered with code (in the
+// metrics, the HTTP status its outcome has on the HTTP port), logs it with
+// AccessLog, ends its span and releases its timer.
+func (g *grpcServer) end(rc *grpcCall, route string, code codes.Code) {
 	rc.Finish()
+	if rc.endSpan != nil {
+		rc.endSpan(code)
+	}
+	status := httpStatusOf(connect.Code(code))
 	elapsed := time.Since(rc.Start())
 	g.s.core.Observe(route, status, elapsed)
 	if g.accessLog {
@@ -286,14 +314,17 @@ func (g *grpcServer) tap(ctx context.Context, info *tap.Info) (context.Context, 
 	if !g.unary[info.FullMethodName] || !g.s.prechecks(info.FullMethodName) {
 		return ctx, nil
 	}
-	rc := g.begin(ctx, info.Header["authorization"], info.Header[requestIDKey])
+	rc := g.begin(ctx, info.FullMethodName, info.Header, false)
 	err := g.s.precheck(rc, info.FullMethodName, rc.c)
 	if err == nil {
 		rc.Finish()
 		return ctx, nil
 	}
+	if g.trace != nil { // the refusal's span; a call let through has its own in call
+		_, rc.endSpan = g.trace(ctx, info.FullMethodName, info.Header)
+	}
 	ce := connectError(rc, err)
-	g.end(rc, info.FullMethodName, httpStatusOf(ce.Code()))
+	g.end(rc, info.FullMethodName, codes.Code(ce.Code()))
 	return nil, grpcStatus(ce).Err()
 }
 
@@ -302,8 +333,7 @@ func (g *grpcServer) tap(ctx context.Context, info *tap.Info) (context.Context, 
 // carrying its details, recovers a panic as Internal, and ends the call.
 func (g *grpcServer) call(procedure string, h grpc.MethodHandler) grpc.MethodHandler {
 	return func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (reply any, err error) {
-		rc := g.begin(ctx, metadata.ValueFromIncomingContext(ctx, "authorization"),
-			metadata.ValueFromIncomingContext(ctx, requestIDKey))
+		rc := g.begin(ctx, procedure, nil, true)
 		code := codes.OK
 		defer func() {
 			if v := recover(); v != nil {
@@ -311,7 +341,7 @@ func (g *grpcServer) call(procedure string, h grpc.MethodHandler) grpc.MethodHan
 					"request_id", rc.requestID(), "stack", string(debug.Stack()))
 				reply, err, code = nil, status.Error(codes.Internal, errInternal.Error()), codes.Internal
 			}
-			g.end(rc, procedure, httpStatusOf(connect.Code(code)))
+			g.end(rc, procedure, code)
 		}()
 		reply, err = h(srv, rc, dec, nil)
 		if err == nil {

@@ -3,13 +3,14 @@ package rpcapi
 import (
 	"context"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/idmint/idmint/testkit/testlog"
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -94,12 +95,12 @@ func newGRPCFixture(tb testing.TB) *grpcFixture {
 		}
 		*tk.dst = secret
 	}
-	a := allocator.New(allocator.Config{Store: m, Logger: discardLogger, Instance: "test"})
+	a := allocator.New(allocator.Config{Store: m, Logger: testlog.Discard(), Instance: "test"})
 	tb.Cleanup(func() { a.Close(context.Background()) })
 	svc := New()
-	httpapi.NewServer(httpapi.Config{Allocator: a, Logger: discardLogger, Admin: m, TokenAdmin: m, Metrics: f.metrics,
+	httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard(), Admin: m, TokenAdmin: m, Metrics: f.metrics,
 		Auth: httpapi.AuthConfig{Tokens: m, IDs: httpapi.AuthToken}, RPC: svc})
-	gs := NewGRPCServer(svc, GRPCConfig{Logger: discardLogger})
+	gs := NewGRPCServer(svc, GRPCConfig{Logger: testlog.Discard()})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
@@ -276,5 +277,3 @@ func requests(tb testing.TB, m *httpapi.Metrics, route, code string) float64 {
 	}
 	return 0
 }
-
-var discardLogger = slog.New(slog.DiscardHandler)

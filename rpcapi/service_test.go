@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -15,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/idmint/idmint/testkit/testlog"
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
@@ -31,8 +31,6 @@ import (
 	"github.com/idmint/idmint/token"
 	"github.com/idmint/idmint/wire"
 )
-
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // fixture is one server over a memory store with tag order (step 10,
 // max_step 100), its allocator, and a token of each kind.
@@ -64,10 +62,10 @@ func newFixture(tb testing.TB, mode httpapi.AuthMode) *fixture {
 		}
 		*tk.dst = secret
 	}
-	f.alloc = allocator.New(allocator.Config{Store: m, Logger: quiet(), Instance: "test"})
+	f.alloc = allocator.New(allocator.Config{Store: m, Logger: testlog.Discard(), Instance: "test"})
 	tb.Cleanup(func() { f.alloc.Close(context.Background()) })
 	f.down = new(atomic.Bool)
-	srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: pingable{f.alloc, f.down}, Logger: quiet(), Admin: m, TokenAdmin: m,
+	srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: pingable{f.alloc, f.down}, Logger: testlog.Discard(), Admin: m, TokenAdmin: m,
 		Auth: httpapi.AuthConfig{Tokens: m, IDs: mode}, RPC: rpcapi.New()}))
 	tb.Cleanup(srv.Close)
 	f.url = srv.URL
@@ -436,11 +434,11 @@ func TestGateway_CallerHeaders(t *testing.T) {
 	if _, err := m.CreateToken(ctx, tk); err != nil {
 		t.Fatal(err)
 	}
-	alloc := allocator.New(allocator.Config{Store: m, Logger: quiet(), Instance: "test"})
+	alloc := allocator.New(allocator.Config{Store: m, Logger: testlog.Discard(), Instance: "test"})
 	t.Cleanup(func() { alloc.Close(context.Background()) })
 	// A clock that stands still: the address's limit never refills.
 	now := time.Now()
-	srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: alloc, Logger: quiet(), Admin: m,
+	srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: alloc, Logger: testlog.Discard(), Admin: m,
 		Now:    func() time.Time { return now },
 		Auth:   httpapi.AuthConfig{Tokens: m, ProtectMonitoring: true},
 		Limits: httpapi.Limits{IDsPerSecondPerAddress: 1}, MaxCount: 10,

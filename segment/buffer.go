@@ -205,7 +205,7 @@ const (
 func (b *Buffer) Take(ctx context.Context) (int64, error) {
 	if s := b.cur.Load(); s != nil {
 		if id, ok := s.take(); ok {
-			b.maybePrefetch(s, id)
+			b.maybePrefetch(ctx, s, id)
 			return id, nil
 		}
 	}
@@ -240,7 +240,7 @@ func (b *Buffer) TakeN(ctx context.Context, n int, dst []int64) ([]int64, error)
 		var ok bool
 		if s := b.cur.Load(); s != nil {
 			if r, ok = s.takeN(left); ok {
-				b.maybePrefetch(s, r.Last)
+				b.maybePrefetch(ctx, s, r.Last)
 			}
 		}
 		if !ok {
@@ -272,7 +272,7 @@ func (b *Buffer) TakeRanges(ctx context.Context, n int, dst []Range) ([]Range, e
 			r, ok = s.takeN(left)
 		}
 		if ok {
-			b.maybePrefetch(s, r.Last)
+			b.maybePrefetch(ctx, s, r.Last)
 		} else {
 			var err error
 			if r, err = b.takeSlow(ctx, left); err != nil {
@@ -296,21 +296,22 @@ func (b *Buffer) Ready(ctx context.Context) error {
 	return err
 }
 
-// maybePrefetch starts the next load once id crosses the threshold. It is
-// small enough to be inlined into Take: the call happens once per range,
-// and on every take only while a failed load backs off.
-func (b *Buffer) maybePrefetch(s *span, id int64) {
+// maybePrefetch starts the next load once id crosses the threshold, on
+// behalf of the take whose context is ctx. It is small enough to be
+// inlined into Take: the call happens once per range, and on every take
+// only while a failed load backs off.
+func (b *Buffer) maybePrefetch(ctx context.Context, s *span, id int64) {
 	if id >= s.prefetchAt && b.loadAt.Load() != noLoad {
-		b.prefetch()
+		b.prefetch(ctx)
 	}
 }
 
-func (b *Buffer) prefetch() {
+func (b *Buffer) prefetch(ctx context.Context) {
 	if b.clock() < b.retryAt.Load() {
 		return
 	}
 	b.mu.Lock()
-	b.startLoadLocked()
+	b.startLoadLocked(ctx)
 	b.mu.Unlock()
 }
 
@@ -331,7 +332,7 @@ func (b *Buffer) takeSlow(ctx context.Context, n int64) (Range, error) {
 		}
 	}()
 	for {
-		r, done, loads, err := b.turn(&w, n)
+		r, done, loads, err := b.turn(ctx, &w, n)
 		if done == nil {
 			return r, err
 		}
@@ -367,13 +368,13 @@ func (b *Buffer) takeSlow(ctx context.Context, n int64) (Range, error) {
 // and returns the channel of the load to wait for and the count of ranges
 // granted so far. With a nil channel the wait is over: the range or the
 // error is the caller's.
-func (b *Buffer) turn(wp **waiter, n int64) (Range, <-chan struct{}, int64, error) {
+func (b *Buffer) turn(ctx context.Context, wp **waiter, n int64) (Range, <-chan struct{}, int64, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if w := *wp; w != nil && w.served {
 		return w.r, nil, 0, nil
 	}
-	r, done, err := b.tryLocked(n)
+	r, done, err := b.tryLocked(ctx, n)
 	if done == nil {
 		b.dequeueLocked(*wp)
 		return r, nil, 0, err
@@ -389,18 +390,18 @@ func (b *Buffer) turn(wp **waiter, n int64) (Range, <-chan struct{}, int64, erro
 // tryLocked takes n IDs or, when there are none, starts a load unless one is
 // in flight and returns the channel that the load closes. With a nil channel
 // it returns the range or the error.
-func (b *Buffer) tryLocked(n int64) (Range, <-chan struct{}, error) {
+func (b *Buffer) tryLocked(ctx context.Context, n int64) (Range, <-chan struct{}, error) {
 	if b.closed {
 		return Range{}, nil, ErrClosed
 	}
-	if r, ok := b.takeLocked(n); ok {
+	if r, ok := b.takeLocked(ctx, n); ok {
 		return r, nil, nil
 	}
 	if !b.loading {
 		if err := b.failFastLocked(); err != nil {
 			return Range{}, nil, err
 		}
-		b.startLoadLocked()
+		b.startLoadLocked(ctx)
 	} else if b.lastErr != nil {
 		// The last load failed and its retry is in flight: during an
 		// outage, waiting on it would make every request slow. The
@@ -457,8 +458,8 @@ func (b *Buffer) serveWaitersLocked(sp *span) {
 }
 
 // takeLocked takes from the current range, switching to the next when the
-// current one is used up.
-func (b *Buffer) takeLocked(n int64) (Range, bool) {
+// current one is used up; a load it starts is on behalf of ctx's caller.
+func (b *Buffer) takeLocked(ctx context.Context, n int64) (Range, bool) {
 	for {
 		s := b.cur.Load()
 		if n == 0 && s != nil && s.used() < s.Len() {
@@ -468,7 +469,7 @@ func (b *Buffer) takeLocked(n int64) (Range, bool) {
 			if r, ok := s.takeN(n); ok {
 				if r.Last >= s.prefetchAt && b.loadAt.Load() != noLoad &&
 					b.clock() >= b.retryAt.Load() {
-					b.startLoadLocked()
+					b.startLoadLocked(ctx)
 				}
 				return r, true
 			}
@@ -518,8 +519,11 @@ func (b *Buffer) failFastLocked() error {
 }
 
 // startLoadLocked starts a background load unless one is in flight, a next
-// range is ready, or the buffer is closed.
-func (b *Buffer) startLoadLocked() {
+// range is ready, or the buffer is closed. The load runs on behalf of the
+// caller whose take started it, when there is one (trigger; the buffer's
+// own context when none): its context's values (a trace) go with the load,
+// its cancellation and deadline do not; the buffer's Close cancels it.
+func (b *Buffer) startLoadLocked(trigger context.Context) {
 	if b.closed || b.loading || b.next != nil {
 		b.setWantLocked(false) // a load found due that need not be
 		return
@@ -529,7 +533,7 @@ func (b *Buffer) startLoadLocked() {
 	b.loadDone = make(chan struct{})
 	b.setWantLocked(false)
 	b.wg.Add(1)
-	go b.load(size, b.loadDone)
+	go b.load(trigger, size, b.loadDone)
 }
 
 // nextSizeLocked applies the step policy to the rate seen since the last
@@ -563,14 +567,23 @@ func (b *Buffer) issuedLocked() int64 {
 	return n
 }
 
-// load runs one Loader call and installs its result.
-func (b *Buffer) load(size int64, done chan struct{}) {
+// load runs one Loader call and installs its result. The call has the
+// values of trigger's context (b.ctx: none but the buffer's), and ends
+// with the buffer's.
+func (b *Buffer) load(trigger context.Context, size int64, done chan struct{}) {
 	defer b.wg.Done()
 	timeout := b.cfg.LoadTimeout
 	if b.cfg.AdaptTimeout != nil {
 		timeout = b.cfg.AdaptTimeout(timeout)
 	}
-	ctx, cancel := context.WithTimeout(b.ctx, timeout)
+	parent := b.ctx
+	if trigger != b.ctx {
+		var stop context.CancelFunc
+		parent, stop = context.WithCancel(context.WithoutCancel(trigger))
+		defer context.AfterFunc(b.ctx, stop)()
+		defer stop()
+	}
+	ctx, cancel := context.WithTimeout(parent, timeout)
 	start := b.cfg.Now()
 	g, err := b.cfg.Loader.Load(ctx, size)
 	cancel()
@@ -673,7 +686,7 @@ func (b *Buffer) grantedLocked(g Grant, latency time.Duration) {
 		if sp.next.Load() > sp.prefetchAt {
 			// The waiters took the threshold, or all of it: the next
 			// load is due now, as it would be after a locked take.
-			b.startLoadLocked()
+			b.startLoadLocked(b.ctx)
 		}
 		return
 	}

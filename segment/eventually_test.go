@@ -7,7 +7,7 @@ import (
 
 // eventually polls cond until it holds, failing tb with msg after timeout.
 // segment is a module of its own, for the client's sake, so it cannot use
-// the main module's internal/testutil.
+// the main module's testkit/testutil.
 func eventually(tb testing.TB, timeout time.Duration, msg string, cond func() bool) {
 	tb.Helper()
 	start, poll := time.Now(), time.Millisecond

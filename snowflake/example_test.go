@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/idmint/idmint/testkit/testlog"
+
 	"github.com/idmint/idmint/lease"
 	"github.com/idmint/idmint/snowflake"
 )
@@ -26,7 +28,7 @@ func ExampleStart() {
 		Layout: snowflake.DefaultLayout(),
 		Store:  lease.NewMemory(nil),
 		Holder: "host-1234",
-		Logger: quiet(),
+		Logger: testlog.Discard(),
 	})
 	if err != nil {
 		panic(err)

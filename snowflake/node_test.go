@@ -3,18 +3,16 @@ package snowflake_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/testlog"
+
 	"github.com/idmint/idmint/internal/checker"
-	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/lease"
 	"github.com/idmint/idmint/snowflake"
+	"github.com/idmint/idmint/testkit/testutil"
 )
-
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // twoWorkers is a layout with worker IDs 0 and 1.
 func twoWorkers() snowflake.Layout {
@@ -24,7 +22,7 @@ func twoWorkers() snowflake.Layout {
 func startNode(tb testing.TB, cfg snowflake.Config) *snowflake.Node {
 	tb.Helper()
 	if cfg.Logger == nil {
-		cfg.Logger = quiet()
+		cfg.Logger = testlog.Discard()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -202,7 +200,7 @@ func TestStart_InvalidConfig(t *testing.T) {
 		{"layout's time used up", snowflake.Config{Layout: usedUp, Store: lease.NewMemory(nil)}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			c.cfg.Logger = quiet()
+			c.cfg.Logger = testlog.Discard()
 			if n, err := snowflake.Start(context.Background(), c.cfg); err == nil {
 				n.Close(context.Background())
 				t.Fatal("started")
@@ -213,7 +211,7 @@ func TestStart_InvalidConfig(t *testing.T) {
 	startNode(t, snowflake.Config{Layout: twoWorkers(), Store: store, Holder: "a"})
 	other := twoWorkers()
 	other.Epoch = other.Epoch.Add(time.Hour)
-	if _, err := snowflake.Start(context.Background(), snowflake.Config{Layout: other, Store: store, Logger: quiet()}); !errors.Is(err, snowflake.ErrLayoutMismatch) {
+	if _, err := snowflake.Start(context.Background(), snowflake.Config{Layout: other, Store: store, Logger: testlog.Discard()}); !errors.Is(err, snowflake.ErrLayoutMismatch) {
 		t.Fatalf("Start with another epoch = %v, want ErrLayoutMismatch", err)
 	}
 }

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/idmint/idmint/allocator/memstore"
-	"github.com/idmint/idmint/internal/storetest"
+	"github.com/idmint/idmint/testkit/storetest"
 )
 
 func TestMemStore_Contract(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/postgres"
-	"github.com/idmint/idmint/internal/storetest"
+	"github.com/idmint/idmint/testkit/storetest"
 )
 
 // fillLog grows tag's segment log from have to rows rows, as a long-lived tag's is:

@@ -16,9 +16,9 @@ import (
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/postgres"
-	"github.com/idmint/idmint/internal/pgtest"
-	"github.com/idmint/idmint/internal/storetest"
 	"github.com/idmint/idmint/migrations"
+	"github.com/idmint/idmint/testkit/pgtest"
+	"github.com/idmint/idmint/testkit/storetest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }

@@ -13,10 +13,15 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/wire"
 )
+
+// tracerName names the tracer of the standby wait's span.
+const tracerName = "github.com/idmint/idmint/allocator/postgres"
 
 // Replicas says which standbys must have a grant's WAL before any of its
 // IDs is served (see ReplicationConfig).
@@ -293,10 +298,20 @@ type querier interface {
 // returns an error wrapping ErrNotReplicated when it cannot tell in time,
 // and at once when a member cannot get the grant now (disconnected, or
 // hidden from the role): the grant committed, but must not be served yet.
-func (r *replicator) confirm(ctx context.Context, conn querier) error {
+func (r *replicator) confirm(ctx context.Context, conn querier) (err error) {
 	if r.cfg.Required == 0 {
 		return nil
 	}
+	// The wait is a span of the grant's trace when the grant has one (a
+	// tracing store's span gives its provider; none: a no-op). It tells
+	// the outcome's class only: the error names standbys.
+	ctx, span := trace.SpanFromContext(ctx).TracerProvider().Tracer(tracerName).Start(ctx, "idmint.replication.confirm")
+	defer func() {
+		if err != nil {
+			span.SetStatus(codes.Error, "not_replicated")
+		}
+		span.End()
+	}()
 	var (
 		lsnText  string
 		timeline int64

@@ -15,11 +15,11 @@ import (
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/postgres"
-	"github.com/idmint/idmint/internal/pgtest"
-	"github.com/idmint/idmint/internal/storetest"
-	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/migrations"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/testkit/pgtest"
+	"github.com/idmint/idmint/testkit/storetest"
+	"github.com/idmint/idmint/testkit/testutil"
 )
 
 func TestParseReplicas(t *testing.T) {

@@ -10,9 +10,9 @@ import (
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/postgres"
-	"github.com/idmint/idmint/internal/pgtest"
-	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/migrations"
+	"github.com/idmint/idmint/testkit/pgtest"
+	"github.com/idmint/idmint/testkit/testutil"
 )
 
 // TestPostgres_RoundTripIsTheNetworks: statements that keep the server

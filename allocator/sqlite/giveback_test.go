@@ -10,7 +10,7 @@ import (
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/sqlite"
-	"github.com/idmint/idmint/internal/storetest"
+	"github.com/idmint/idmint/testkit/storetest"
 )
 
 // fillLog grows tag's segment log from have to rows rows, as a long-lived

@@ -11,8 +11,8 @@ import (
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/sqlite"
-	"github.com/idmint/idmint/internal/storetest"
 	"github.com/idmint/idmint/migrations"
+	"github.com/idmint/idmint/testkit/storetest"
 )
 
 // openSQLite opens the SQLite file at path, migrated; it is closed on cleanup.

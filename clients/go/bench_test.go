@@ -6,14 +6,16 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/idmint/idmint/testkit/testlog"
+
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/client"
 	"github.com/idmint/idmint/httpapi"
-	"github.com/idmint/idmint/internal/pgtest"
 	"github.com/idmint/idmint/migrations"
+	"github.com/idmint/idmint/testkit/pgtest"
 )
 
 // BenchmarkClient_Next measures Client.Next on a warm tag, from every
@@ -40,7 +42,7 @@ func BenchmarkClient_Next(b *testing.B) {
 			b.Fatal(err)
 		}
 		urls := []string{serve(b, store), serve(b, store)}
-		c, err := client.New(ctx, client.Config{URLs: urls, Tags: []string{"order"}, Logger: quiet()})
+		c, err := client.New(ctx, client.Config{URLs: urls, Tags: []string{"order"}, Logger: testlog.Discard()})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -99,8 +101,8 @@ func newPostgres(tb testing.TB) (*postgres.Store, string) {
 // serve starts an instance over store and returns its URL.
 func serve(tb testing.TB, store allocator.Store) string {
 	tb.Helper()
-	a := allocator.New(allocator.Config{Store: store, Logger: quiet()})
-	srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet()}))
+	a := allocator.New(allocator.Config{Store: store, Logger: testlog.Discard()})
+	srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard()}))
 	tb.Cleanup(func() {
 		srv.Close()
 		a.Close(context.Background())

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/testlog"
+
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/client"
@@ -76,8 +78,8 @@ func distinctIDs(lists ...[]string) int {
 // first lose range requests.
 func startLosing(tb testing.TB, store allocator.Store, lose int64) (*losing, string) {
 	tb.Helper()
-	a := allocator.New(allocator.Config{Store: store, Logger: quiet()})
-	l := &losing{api: httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet()})}
+	a := allocator.New(allocator.Config{Store: store, Logger: testlog.Discard()})
+	l := &losing{api: httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard()})}
 	l.lose.Store(lose)
 	srv := httptest.NewServer(l)
 	tb.Cleanup(func() {
@@ -98,7 +100,7 @@ func memStore(tb testing.TB, step, maxStep int64) *memstore.Store {
 
 func newClient(tb testing.TB, cfg client.Config) *client.Client {
 	tb.Helper()
-	cfg.Logger = quiet()
+	cfg.Logger = testlog.Discard()
 	if cfg.RetryMin == 0 {
 		cfg.RetryMin, cfg.RetryMax = time.Millisecond, 5*time.Millisecond
 	}
@@ -201,7 +203,7 @@ func TestClient_Errors(t *testing.T) {
 			t.Errorf("New(%+v) succeeded", cfg)
 		}
 	}
-	if _, err := client.New(ctx, client.Config{URLs: []string{url}, Tags: []string{"invoice"}, Logger: quiet()}); !errors.Is(err, client.ErrUnknownTag) {
+	if _, err := client.New(ctx, client.Config{URLs: []string{url}, Tags: []string{"invoice"}, Logger: testlog.Discard()}); !errors.Is(err, client.ErrUnknownTag) {
 		t.Errorf("New with an unknown tag: %v", err)
 	}
 	if err := c.Close(ctx); err != nil {
@@ -219,11 +221,11 @@ func TestClient_Errors(t *testing.T) {
 func TestClient_Concurrent(t *testing.T) {
 	const goroutines, each = 4, 3000
 	m := memStore(t, 5, 50)
-	a := allocator.New(allocator.Config{Store: m, Logger: quiet()})
+	a := allocator.New(allocator.Config{Store: m, Logger: testlog.Discard()})
 	defer a.Close(context.Background())
 	var urls []string
 	for range 2 {
-		srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet()}))
+		srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard()}))
 		defer srv.Close()
 		urls = append(urls, srv.URL)
 	}
@@ -312,8 +314,8 @@ func (c *claiming) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // none of the stranger's range, and not fail its caller.
 func TestClient_RequestIDClaimedByStranger(t *testing.T) {
 	m := memStore(t, 10, 10)
-	a := allocator.New(allocator.Config{Store: m, Logger: quiet()})
-	h := &claiming{api: httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet()})}
+	a := allocator.New(allocator.Config{Store: m, Logger: testlog.Discard()})
+	h := &claiming{api: httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard()})}
 	srv := httptest.NewServer(h)
 	t.Cleanup(func() {
 		srv.Close()

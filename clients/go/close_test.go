@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/testlog"
+
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/client"
 	"github.com/idmint/idmint/httpapi"
@@ -67,7 +69,7 @@ func TestClient_AttemptTimeout(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			d := &deadlines{}
 			c, err := client.New(t.Context(), client.Config{
-				URLs: []string{url}, Tags: []string{"order"}, Logger: quiet(),
+				URLs: []string{url}, Tags: []string{"order"}, Logger: testlog.Discard(),
 				HTTPClient:     &http.Client{Transport: d},
 				AttemptTimeout: tt.attempt,
 				Segment:        segment.Config{WaitTimeout: tt.wait},
@@ -101,8 +103,8 @@ func (t *idleCloser) CloseIdleConnections() { t.closes.Add(1) }
 // connections of the transport the client made itself, and leaves those of
 // a caller's HTTPClient alone.
 func TestClient_CloseClosesWhatItOpened(t *testing.T) {
-	a := allocator.New(allocator.Config{Store: memStore(t, 10, 0), Logger: quiet()})
-	srv := httptest.NewUnstartedServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet()}))
+	a := allocator.New(allocator.Config{Store: memStore(t, 10, 0), Logger: testlog.Discard()})
+	srv := httptest.NewUnstartedServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard()}))
 	var open atomic.Int64 // connections the server holds open
 	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
 		switch s {
@@ -119,7 +121,7 @@ func TestClient_CloseClosesWhatItOpened(t *testing.T) {
 	})
 
 	t.Run("own transport", func(t *testing.T) {
-		c, err := client.New(t.Context(), client.Config{URLs: []string{srv.URL}, Tags: []string{"order"}, Logger: quiet()})
+		c, err := client.New(t.Context(), client.Config{URLs: []string{srv.URL}, Tags: []string{"order"}, Logger: testlog.Discard()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,7 +142,7 @@ func TestClient_CloseClosesWhatItOpened(t *testing.T) {
 	})
 	t.Run("caller's transport", func(t *testing.T) {
 		tr := &idleCloser{RoundTripper: http.DefaultTransport}
-		c, err := client.New(t.Context(), client.Config{URLs: []string{srv.URL}, Tags: []string{"order"}, Logger: quiet(),
+		c, err := client.New(t.Context(), client.Config{URLs: []string{srv.URL}, Tags: []string{"order"}, Logger: testlog.Discard(),
 			HTTPClient: &http.Client{Transport: tr}})
 		if err != nil {
 			t.Fatal(err)
@@ -163,7 +165,7 @@ func TestClient_CloseWaitsForDroppedBuffers(t *testing.T) {
 	let := sync.OnceFunc(func() { close(release) })
 	t.Cleanup(let)
 	var loadEnded atomic.Bool // the unknown tag's load goroutine ended
-	c, err := client.New(t.Context(), client.Config{URLs: []string{url}, Logger: quiet(),
+	c, err := client.New(t.Context(), client.Config{URLs: []string{url}, Logger: testlog.Discard(),
 		Segment: segment.Config{OnLoad: func(tag string, _ time.Duration, _ error) {
 			if tag == "invoice" {
 				// Holds the load's goroutine, and so the dropped

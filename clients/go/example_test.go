@@ -3,9 +3,9 @@ package client_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http/httptest"
+
+	"github.com/idmint/idmint/testkit/testlog"
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/memstore"
@@ -14,12 +14,11 @@ import (
 )
 
 // quiet discards logs.
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // exampleServer starts an idmint instance in this process over store.
 func exampleServer(store allocator.Store) (url string, stop func()) {
-	a := allocator.New(allocator.Config{Store: store, Logger: quiet()})
-	srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet()}))
+	a := allocator.New(allocator.Config{Store: store, Logger: testlog.Discard()})
+	srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard()}))
 	return srv.URL, func() {
 		srv.Close()
 		a.Close(context.Background())
@@ -36,7 +35,7 @@ func Example() {
 	url, stop := exampleServer(store)
 	defer stop()
 
-	c, err := client.New(ctx, client.Config{URLs: []string{url}, Logger: quiet()})
+	c, err := client.New(ctx, client.Config{URLs: []string{url}, Logger: testlog.Discard()})
 	if err != nil {
 		panic(err)
 	}
@@ -64,7 +63,7 @@ func ExampleConfig_failover() {
 	second, stopSecond := exampleServer(store)
 	defer stopSecond()
 
-	c, err := client.New(ctx, client.Config{URLs: []string{first, second}, Tags: []string{"user"}, Logger: quiet()})
+	c, err := client.New(ctx, client.Config{URLs: []string{first, second}, Tags: []string{"user"}, Logger: testlog.Discard()})
 	if err != nil {
 		panic(err)
 	}
@@ -82,7 +81,7 @@ func ExampleClient_Next_unknownTag() {
 	ctx := context.Background()
 	url, stop := exampleServer(memstore.New())
 	defer stop()
-	c, _ := client.New(ctx, client.Config{URLs: []string{url}, Logger: quiet()})
+	c, _ := client.New(ctx, client.Config{URLs: []string{url}, Logger: testlog.Discard()})
 	defer c.Close(ctx)
 
 	_, err := c.Next(ctx, "invoice")

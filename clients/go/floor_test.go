@@ -7,13 +7,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/testlog"
+
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/client"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/checker"
-	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/testkit/testutil"
 )
 
 // TestClient_RepairsRollback: a client remembers the highest ID it was
@@ -40,8 +42,8 @@ func TestClient_RepairsRollback(t *testing.T) {
 			if _, err := m.CreateTag(t.Context(), allocator.TagSpec{Name: "order", Step: 10, MaxStep: 10, Start: tc.start}); err != nil {
 				t.Fatal(err)
 			}
-			a := allocator.New(allocator.Config{Store: m, Logger: quiet()})
-			srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(), Limits: tc.limits}))
+			a := allocator.New(allocator.Config{Store: m, Logger: testlog.Discard()})
+			srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard(), Limits: tc.limits}))
 			t.Cleanup(func() {
 				srv.Close()
 				a.Close(context.Background())

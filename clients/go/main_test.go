@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/idmint/idmint/internal/pgtest"
+	"github.com/idmint/idmint/testkit/pgtest"
 )
 
 // TestMain gives the tests and benchmarks on PostgreSQL a server; it starts

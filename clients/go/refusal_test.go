@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/testlog"
+
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/client"
@@ -32,9 +34,9 @@ func TestClient_RefusalsFinal(t *testing.T) {
 	all, allBearer := mustToken(t, "ids")
 	narrow, narrowBearer := mustToken(t, "ids:user")
 	_, unknown := mustToken(t, "ids")
-	a := allocator.New(allocator.Config{Store: store, Logger: quiet()})
+	a := allocator.New(allocator.Config{Store: store, Logger: testlog.Discard()})
 	t.Cleanup(func() { a.Close(context.Background()) })
-	api := &counting{next: httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(),
+	api := &counting{next: httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard(),
 		Auth: httpapi.AuthConfig{IDs: httpapi.AuthToken, Tokens: tokenList{all, narrow}}})}
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
@@ -85,7 +87,7 @@ func TestClient_RefusalsFinal(t *testing.T) {
 					}
 				}
 			}
-			cfg := client.Config{URLs: []string{tc.url}, Token: tc.token, Logger: quiet()}
+			cfg := client.Config{URLs: []string{tc.url}, Token: tc.token, Logger: testlog.Discard()}
 
 			before := tc.inst.requests.Load()
 			_, err := client.New(ctx, withTags(cfg, tc.tag))

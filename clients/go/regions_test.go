@@ -20,7 +20,7 @@ import (
 	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/client"
 	"github.com/idmint/idmint/internal/checker"
-	"github.com/idmint/idmint/internal/testutil"
+	"github.com/idmint/idmint/testkit/testutil"
 	"github.com/idmint/idmint/segment"
 )
 

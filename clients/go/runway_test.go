@@ -8,8 +8,8 @@ import (
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/client"
-	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/testkit/testutil"
 )
 
 // TestClient_Runway: Config.Runway reaches every tag's buffer, and a tag

@@ -7,12 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/testlog"
+
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/client"
 	"github.com/idmint/idmint/httpapi"
-	"github.com/idmint/idmint/internal/starvetest"
-	"github.com/idmint/idmint/internal/toxic"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/testkit/starvetest"
+	"github.com/idmint/idmint/testkit/toxic"
 )
 
 // TestClient_StarvedTag runs many callers on a tag whose ranges hold 5 IDs
@@ -45,8 +47,8 @@ func TestClient_StarvedTag(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			store := &starvetest.SlowStore{Store: memStore(t, step, step), Latency: 2 * time.Millisecond}
-			a := allocator.New(allocator.Config{Store: store, Logger: quiet()})
-			srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet()}))
+			a := allocator.New(allocator.Config{Store: store, Logger: testlog.Discard()})
+			srv := httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard()}))
 			t.Cleanup(func() {
 				srv.Close()
 				a.Close(context.Background())

@@ -12,11 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/testlog"
+
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/client"
 	"github.com/idmint/idmint/httpapi"
-	"github.com/idmint/idmint/internal/testutil"
+	"github.com/idmint/idmint/testkit/testutil"
 	"github.com/idmint/idmint/token"
 )
 
@@ -67,9 +69,9 @@ func TestClient_TokenTLS(t *testing.T) {
 	good, bearer := mustToken(t, "ids")
 	narrow, narrowBearer := mustToken(t, "ids:user")
 	_, unknown := mustToken(t, "ids")
-	a := allocator.New(allocator.Config{Store: store, Logger: quiet()})
+	a := allocator.New(allocator.Config{Store: store, Logger: testlog.Discard()})
 	t.Cleanup(func() { a.Close(context.Background()) })
-	api := &counting{next: httpapi.NewServer(httpapi.Config{Allocator: a, Logger: quiet(),
+	api := &counting{next: httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard(),
 		Auth: httpapi.AuthConfig{IDs: httpapi.AuthToken, Tokens: tokenList{good, narrow}}})}
 
 	dir := t.TempDir()
@@ -93,7 +95,7 @@ func TestClient_TokenTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := func(token string) client.Config {
-		return client.Config{URLs: []string{srv.URL}, Token: token, TLS: tlsConfig, Logger: quiet()}
+		return client.Config{URLs: []string{srv.URL}, Token: token, TLS: tlsConfig, Logger: testlog.Discard()}
 	}
 
 	t.Run("served", func(t *testing.T) {

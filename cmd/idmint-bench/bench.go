@@ -23,8 +23,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/idmint/idmint/internal/pgtest"
 )
 
 type benchConfig struct {
@@ -451,17 +449,7 @@ func (b *bench) profile(ctx context.Context) error {
 func (b *bench) database(ctx context.Context) error {
 	admin := b.cfg.dbURL
 	if admin == "" {
-		b.logf("starting PostgreSQL (internal/pgtest)")
-		srv, err := pgtest.Start()
-		if err != nil {
-			return err
-		}
-		b.atExit(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			srv.Close(ctx)
-		})
-		admin = srv.URL()
+		return errors.New("no PostgreSQL: set -database-url or IDMINT_BENCH_DATABASE_URL (make bench-http starts one through testkit/cmd/withpostgres)")
 	}
 	var suffix [4]byte
 	rand.Read(suffix[:])

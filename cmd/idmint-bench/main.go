@@ -19,9 +19,10 @@
 // step 10 under the same load), /ids throughput in IDs/s, and idmint's RSS
 // with 1 and with many warm tags. `make bench-http` runs it.
 //
-// PostgreSQL comes from IDMINT_BENCH_DATABASE_URL if set, else from the
-// test harness (internal/pgtest: Docker or local server binaries, see
-// IDMINT_TEST_PG).
+// PostgreSQL comes from -database-url or IDMINT_BENCH_DATABASE_URL: the
+// command links no test harness. `make bench-http` starts one for it with
+// testkit/cmd/withpostgres (Docker or local server binaries, see
+// IDMINT_TEST_PG) when IDMINT_BENCH_DATABASE_URL is unset.
 package main
 
 import (

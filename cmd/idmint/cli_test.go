@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idmint/idmint/internal/testutil"
+	"github.com/idmint/idmint/testkit/testutil"
 )
 
 // runErr runs one command in-process and returns its output and error.

@@ -73,7 +73,7 @@ and DELETE /v1/standbys/{name}.`},
 
 // commands is every command, in the order usage lists them.
 var commands = []command{
-	{name: "serve", synopsis: "run the HTTP service", flags: serveFlags},
+	{name: "serve", synopsis: "run the HTTP service", detail: serveDetail, flags: serveFlags},
 	{name: "migrate", synopsis: "apply database migrations", flags: migrateFlags},
 	{name: "tag create", args: []string{"NAME"}, synopsis: "create a tag",
 		detail: fmt.Sprintf("--step is at least 1; leave it out for the default %d.", allocator.DefaultStep),
@@ -118,6 +118,17 @@ the tag's max_step.`,
 
 const intro = `idmint hands out unique 64-bit IDs per business tag, backed by PostgreSQL
 or, with no --database-url, by a SQLite file on this machine (--data-dir).`
+
+const serveDetail = `Traces (OpenTelemetry, off by default) follow the standard OTEL_* environment:
+OTEL_TRACES_EXPORTER=otlp (or an endpoint set) turns them on, none or
+OTEL_SDK_DISABLED=true off; OTEL_EXPORTER_OTLP_ENDPOINT or
+OTEL_EXPORTER_OTLP_TRACES_ENDPOINT names the collector,
+OTEL_EXPORTER_OTLP_PROTOCOL or OTEL_EXPORTER_OTLP_TRACES_PROTOCOL picks
+http/protobuf (the default) or grpc, OTEL_SERVICE_NAME (default idmint) and
+OTEL_RESOURCE_ATTRIBUTES describe the instance, OTEL_TRACES_SAMPLER and
+OTEL_TRACES_SAMPLER_ARG sample (default parentbased_always_on), and the
+exporters' own OTEL_EXPORTER_OTLP_* and OTEL_BSP_* variables apply
+(docs/tracing.md).`
 
 const envNote = `Every flag has an environment variable: --database-url is IDMINT_DATABASE_URL,
 --listen is IDMINT_LISTEN, and so on (IDMINT_ + the flag in upper case, - as _);

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idmint/idmint/internal/testlog"
+	"github.com/idmint/idmint/testkit/testlog"
 )
 
 // TestCLI_Table: every command of the table has a synopsis, and its --help,

@@ -14,8 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/idmint/idmint/internal/pgtest"
-	"github.com/idmint/idmint/internal/testutil"
+	"github.com/idmint/idmint/testkit/pgtest"
+	"github.com/idmint/idmint/testkit/testutil"
 )
 
 // TestPermanentConnectError: an answer a retry would repeat fails at once;

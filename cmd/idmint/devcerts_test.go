@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/client"
-	"github.com/idmint/idmint/internal/testlog"
-	"github.com/idmint/idmint/internal/testutil"
+	"github.com/idmint/idmint/testkit/testlog"
+	"github.com/idmint/idmint/testkit/testutil"
 )
 
 // TestDevCerts runs `idmint dev-certs`, then serve with the flags it

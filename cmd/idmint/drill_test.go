@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idmint/idmint/internal/testutil"
+	"github.com/idmint/idmint/testkit/testutil"
 )
 
 // TestDrill_Targets runs the drill command against a real instance and an

@@ -21,9 +21,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idmint/idmint/deploy/ha"
-	"github.com/idmint/idmint/internal/hacluster"
-	"github.com/idmint/idmint/internal/pgtest"
-	"github.com/idmint/idmint/internal/testutil"
+	"github.com/idmint/idmint/testkit/hacluster"
+	"github.com/idmint/idmint/testkit/pgtest"
+	"github.com/idmint/idmint/testkit/testutil"
 )
 
 // The failover drill's shape: load before the crash, load after the

@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idmint/idmint/internal/pgtest"
-	"github.com/idmint/idmint/internal/testlog"
-	"github.com/idmint/idmint/internal/testutil"
+	"github.com/idmint/idmint/testkit/pgtest"
+	"github.com/idmint/idmint/testkit/testlog"
+	"github.com/idmint/idmint/testkit/testutil"
 )
 
 // dashboardQuery is one query of a provisioned Grafana panel.

@@ -22,10 +22,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/idmint/idmint/internal/checker"
-	"github.com/idmint/idmint/internal/pgtest"
-	"github.com/idmint/idmint/internal/testutil"
 	idmintv1 "github.com/idmint/idmint/rpcapi/gen/idmint/v1"
 	"github.com/idmint/idmint/rpcapi/gen/idmint/v1/idmintv1connect"
+	"github.com/idmint/idmint/testkit/pgtest"
+	"github.com/idmint/idmint/testkit/testutil"
 )
 
 // The gRPC tests call real `idmint serve` processes with real clients:

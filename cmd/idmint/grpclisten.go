@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/idmint/idmint/internal/tracing"
 	"github.com/idmint/idmint/rpcapi"
 )
 
@@ -61,10 +62,14 @@ type grpcListener struct {
 // newGRPCListener serves svc's procedures on ln with tlsConfig (nil:
 // cleartext): the HTTP listener's reloading configuration, so that a
 // renewed certificate or client CA applies to both. It follows httpSrv's
-// bounds on headers and idle connections, and its access log.
-func newGRPCListener(ln net.Listener, svc *rpcapi.Service, tlsConfig *tls.Config, httpSrv *http.Server, accessLog bool, logger *slog.Logger) *grpcListener {
+// bounds on headers and idle connections, and its access log; with tr
+// (nil: off) each call is a span.
+func newGRPCListener(ln net.Listener, svc *rpcapi.Service, tlsConfig *tls.Config, httpSrv *http.Server, accessLog bool, tr *tracing.Tracing, logger *slog.Logger) *grpcListener {
 	cfg := rpcapi.GRPCConfig{TLS: tlsConfig, Logger: logger, AccessLog: accessLog,
 		MaxHeaderBytes: httpSrv.MaxHeaderBytes, ReadHeaderTimeout: httpSrv.ReadHeaderTimeout, IdleTimeout: httpSrv.IdleTimeout}
+	if tr != nil {
+		cfg.Trace = tr.GRPC
+	}
 	return &grpcListener{ln: ln, srv: rpcapi.NewGRPCServer(svc, cfg), done: make(chan struct{})}
 }
 

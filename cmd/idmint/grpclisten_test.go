@@ -25,9 +25,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/idmint/idmint/internal/checker"
-	"github.com/idmint/idmint/internal/testutil"
 	idmintv1 "github.com/idmint/idmint/rpcapi/gen/idmint/v1"
 	"github.com/idmint/idmint/rpcapi/gen/idmint/v1/idmintv1connect"
+	"github.com/idmint/idmint/testkit/testutil"
 )
 
 // The tests of serve --grpc-listen: grpc-go clients (the generated stubs),

@@ -15,9 +15,9 @@ import (
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/httpapi"
-	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/rpcapi"
 	idmintv1 "github.com/idmint/idmint/rpcapi/gen/idmint/v1"
+	"github.com/idmint/idmint/testkit/testutil"
 )
 
 // TestGRPCListener_TLSReload: the grpc-go listener serves the TLS
@@ -47,7 +47,7 @@ func TestGRPCListener_TLSReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := newGRPCListener(ln, svc, r.serverConfig(), api.HTTPServer(), false, quiet)
+	g := newGRPCListener(ln, svc, r.serverConfig(), api.HTTPServer(), false, nil, quiet)
 	g.start()
 	t.Cleanup(func() {
 		if err := g.stop(context.Background()); err != nil {

@@ -19,7 +19,7 @@ import (
 	tcnetwork "github.com/testcontainers/testcontainers-go/network"
 	"github.com/testcontainers/testcontainers-go/wait"
 
-	"github.com/idmint/idmint/internal/pgtest"
+	"github.com/idmint/idmint/testkit/pgtest"
 )
 
 // TestImage runs the idmint container image (IDMINT_TEST_IMAGE, built by

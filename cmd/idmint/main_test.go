@@ -16,10 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idmint/idmint/internal/pgtest"
-	"github.com/idmint/idmint/internal/testlog"
-	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/migrations"
+	"github.com/idmint/idmint/testkit/pgtest"
+	"github.com/idmint/idmint/testkit/testlog"
+	"github.com/idmint/idmint/testkit/testutil"
 )
 
 // TestMain runs the tests with serve's grpc-go listener off

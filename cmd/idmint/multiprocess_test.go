@@ -17,13 +17,14 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/allocator/sqlite"
-	"github.com/idmint/idmint/internal/testutil"
+	"github.com/idmint/idmint/testkit/testutil"
 )
 
 // process is one idmint binary serving on a loopback port.
 type process struct {
 	bin, url, addr, instance, logPath string
 	args                              []string // more serve flags, after the others: they win
+	env                               []string // more environment, after the test's own
 	cmd                               *exec.Cmd
 	gen                               atomic.Int64 // restarts so far; clients read it
 }
@@ -38,6 +39,9 @@ func (p *process) start(tb testing.TB) {
 	p.cmd = exec.Command(p.bin, "serve", "--database-url", p.url, "--listen", p.addr, "--instance", p.instance,
 		"--log-format", "json", "--access-log=false", "--wait-timeout", "5s")
 	p.cmd.Args = append(p.cmd.Args, p.args...)
+	if len(p.env) > 0 {
+		p.cmd.Env = append(os.Environ(), p.env...)
+	}
 	p.cmd.Stdout, p.cmd.Stderr = logs, logs
 	if err := p.cmd.Start(); err != nil {
 		tb.Fatal(err)

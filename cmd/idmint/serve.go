@@ -17,6 +17,7 @@ import (
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/httpapi"
+	"github.com/idmint/idmint/internal/tracing"
 	"github.com/idmint/idmint/rpcapi"
 	"github.com/idmint/idmint/segment"
 )
@@ -189,6 +190,7 @@ func serveFlags(fs *flag.FlagSet) runFunc {
 // and on every error alike: the Snowflake lease is released, the allocator
 // gives its segments back before the store closes, and the listener closes.
 func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) {
+	gcPercent := tuneGC()
 	var started stack
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
@@ -197,6 +199,15 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) 
 		logger.Info("idmint stopped")
 	}()
 
+	// Tracing is stopped last, so that its last flush carries the spans
+	// of everything stopped before it (give-backs, the lease's release).
+	tr, err := tracing.FromEnv(ctx, os.Getenv, version(), logger)
+	if err != nil {
+		return err
+	}
+	if tr != nil {
+		started.push("tracing", tr.Shutdown)
+	}
 	// A bad key pair is said before anything is opened.
 	tlsConfig, err := c.tls.serverTLS(logger)
 	if err != nil {
@@ -254,8 +265,12 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) 
 
 	// Metrics come first: the allocator reports each segment load to them.
 	metrics := httpapi.NewMetrics()
+	granter := store.store
+	if tr != nil {
+		granter = tr.Store(granter)
+	}
 	alloc := allocator.New(allocator.Config{
-		Store:        store.store,
+		Store:        granter,
 		Instance:     c.instance,
 		Logger:       logger,
 		LogRetention: c.pruneAfter,
@@ -271,7 +286,7 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) 
 		},
 	})
 	started.push("allocator", alloc.Close)
-	node, err := startSnowflake(ctx, c.snowflake, store, c.instance, logger)
+	node, err := startSnowflake(ctx, c.snowflake, store, c.instance, tr, logger)
 	if err != nil {
 		return err
 	}
@@ -307,6 +322,9 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) 
 	srv.ErrorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
 	srv.Protocols = serverProtocols()
 	srv.TLSConfig = tlsConfig
+	if tr != nil {
+		srv.Handler = tr.HTTP(srv.Handler, api.Router())
+	}
 	if c.cpuProfile != "" {
 		stop, err := startCPUProfile(c.cpuProfile)
 		if err != nil {
@@ -328,12 +346,12 @@ func serve(ctx context.Context, c serveConfig, logger *slog.Logger) (err error) 
 	grpcFailed := (<-chan struct{})(nil)
 	grpcAddr := "off"
 	if grpcLn != nil {
-		grpcSrv = newGRPCListener(grpcLn, rpc, tlsConfig, srv, c.accessLog, logger)
+		grpcSrv = newGRPCListener(grpcLn, rpc, tlsConfig, srv, c.accessLog, tr, logger)
 		grpcAddr = grpcLn.Addr().String()
 	}
 	logger.Info("idmint serving", "listen", ln.Addr().String(), "grpc_listen", grpcAddr, "instance", c.instance, "version", version(),
 		"auth", auth.IDs, "protect_monitoring", auth.ProtectMonitoring,
-		"tls", c.tls.health().Enabled, "client_certificates", c.tls.health().ClientCertificates)
+		"tls", c.tls.health().Enabled, "client_certificates", c.tls.health().ClientCertificates, "gogc", gcPercent)
 	serveErr := make(chan error, 1)
 	go func() {
 		if tlsConfig != nil {

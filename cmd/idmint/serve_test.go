@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idmint/idmint/internal/testutil"
+	"github.com/idmint/idmint/testkit/testutil"
 )
 
 // TestServe_SlowHeaders: the real server (serve's http.Server) closes a

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/idmint/idmint/internal/testutil"
+	"github.com/idmint/idmint/testkit/testutil"
 )
 
 // TestServe_TagsInHealth: serve --tag creates the tags and /id/health lists

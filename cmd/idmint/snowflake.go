@@ -11,6 +11,7 @@ import (
 	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/allocator/sqlite"
 	"github.com/idmint/idmint/httpapi"
+	"github.com/idmint/idmint/internal/tracing"
 	"github.com/idmint/idmint/lease"
 	"github.com/idmint/idmint/snowflake"
 )
@@ -56,8 +57,9 @@ func (c *snowflakeConfig) layout() (snowflake.Layout, error) {
 }
 
 // startSnowflake leases a worker ID from the store (or keeps trying in the
-// background) and returns the node; nil when the mode is off.
-func startSnowflake(ctx context.Context, c snowflakeConfig, store *openedStore, holder string, logger *slog.Logger) (*snowflake.Node, error) {
+// background) and returns the node; nil when the mode is off. With tr
+// (nil: off) each lease call is a span.
+func startSnowflake(ctx context.Context, c snowflakeConfig, store *openedStore, holder string, tr *tracing.Tracing, logger *slog.Logger) (*snowflake.Node, error) {
 	if !c.enabled {
 		return nil, nil
 	}
@@ -73,6 +75,9 @@ func startSnowflake(ctx context.Context, c snowflakeConfig, store *openedStore, 
 		leases = lease.NewSQLite(s.DB())
 	default:
 		return nil, fmt.Errorf("snowflake: no worker-id leases in a %T", store.store)
+	}
+	if tr != nil {
+		leases = tr.Leases(leases)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

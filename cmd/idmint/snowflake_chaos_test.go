@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/internal/checker"
-	"github.com/idmint/idmint/internal/testutil"
+	"github.com/idmint/idmint/testkit/testutil"
 )
 
 // TestSnowflake_ChaosOneWorkerBit: six real processes on one worker-id bit

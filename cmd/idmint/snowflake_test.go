@@ -19,9 +19,9 @@ import (
 
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/checker"
-	"github.com/idmint/idmint/internal/pgtest"
-	"github.com/idmint/idmint/internal/testutil"
 	"github.com/idmint/idmint/snowflake"
+	"github.com/idmint/idmint/testkit/pgtest"
+	"github.com/idmint/idmint/testkit/testutil"
 	"github.com/idmint/idmint/wire"
 )
 

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idmint/idmint/internal/testutil"
+	"github.com/idmint/idmint/testkit/testutil"
 )
 
 // TestTagImport: a leaf_alloc export becomes tags whose first IDs are above

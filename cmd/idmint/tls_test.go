@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/client"
-	"github.com/idmint/idmint/internal/testutil"
+	"github.com/idmint/idmint/testkit/testutil"
 )
 
 // tlsServe is a real idmint serve process over TLS with client

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idmint/idmint/internal/testlog"
-	"github.com/idmint/idmint/internal/testutil"
+	"github.com/idmint/idmint/testkit/testlog"
+	"github.com/idmint/idmint/testkit/testutil"
 )
 
 // reloadClock is a tlsReloader's clock, moved by hand a check at a time.

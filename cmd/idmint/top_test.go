@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/allocator"
-	"github.com/idmint/idmint/internal/testutil"
+	"github.com/idmint/idmint/testkit/testutil"
 )
 
 // TestServe_TopOfInt64 drives a real idmint process on SQLite with tags

@@ -48,7 +48,7 @@ if ((EUID == 0)); then
 fi
 
 # render TEMPLATE OUT: fills in ${NAME} placeholders from the environment,
-# as internal/hacluster does; an unset one is an error.
+# as testkit/hacluster does; an unset one is an error.
 render() {
 	TEMPLATE=$1 perl -pe 's/\$\{([A-Z_][A-Z0-9_]*)\}/exists $ENV{$1} ? $ENV{$1} : die "unset placeholder $1 in $ENV{TEMPLATE}\n"/ge' "$1" >"$2.tmp"
 	mv "$2.tmp" "$2"

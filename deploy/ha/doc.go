@@ -1,7 +1,7 @@
 // Package ha holds the files of idmint's high-availability deployment:
 // Patroni-run PostgreSQL nodes, etcd, and idmint instances on the cluster's
 // multi-host URL (see README.md in this directory). They are embedded so
-// that the failover drill (internal/hacluster, make drill-ha) renders the
+// that the failover drill (testkit/hacluster, make drill-ha) renders the
 // very files a deployment uses:
 //
 //	raw, _ := ha.Files.ReadFile("patroni.yml")
