@@ -20,8 +20,8 @@ import (
 	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/client"
 	"github.com/idmint/idmint/internal/checker"
-	"github.com/idmint/idmint/testkit/testutil"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/testkit/testutil"
 )
 
 // The regions of these tests are made by hand: each its own PostgreSQL
