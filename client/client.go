@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,8 +44,21 @@ var (
 type Config struct {
 	// URLs are the base URLs of idmint instances ("http://host:8080"). A
 	// range request goes to the one that answered last, and to the next
-	// one when it fails.
+	// one when it fails. They are one region, without a name; set Regions
+	// instead for several.
 	URLs []string
+	// Regions are the regions of a deployment whose regions' databases
+	// own disjoint shares of every tag's ID space, in order of preference:
+	// the first is home. The client serves from home, moves to the next
+	// region when the one it serves from cannot grant within the wait, and
+	// comes back home once home grants again (see docs/clients.md,
+	// "Regions"). Each region needs a name and URLs; URLs and Regions
+	// cannot both be set.
+	Regions []Region
+	// ProbeMin and ProbeMax bound the pause between two probes of home
+	// while the client serves from another region (defaults 250ms and
+	// 10s), doubled after each probe that fails, with jitter.
+	ProbeMin, ProbeMax time.Duration
 	// Tags are loaded by New, so that the first IDs need no round trip.
 	Tags []string
 	// HTTPClient sends the requests (default: a client of its own, whose
@@ -89,8 +103,26 @@ type Config struct {
 // check reports settings that cannot work together; zero fields are
 // defaults and pass.
 func (c *Config) check() error {
-	if len(c.URLs) == 0 {
+	switch {
+	case len(c.URLs) > 0 && len(c.Regions) > 0:
+		return errors.New("client: URLs and Regions are both set: give the URLs as one of the Regions")
+	case len(c.URLs) == 0 && len(c.Regions) == 0:
 		return errors.New("client: no URLs")
+	}
+	names := map[string]bool{}
+	for i, r := range c.Regions {
+		switch {
+		case r.Name == "":
+			return fmt.Errorf("client: region %d has no name", i)
+		case names[r.Name]:
+			return fmt.Errorf("client: region %q is named twice", r.Name)
+		case len(r.URLs) == 0:
+			return fmt.Errorf("client: region %q has no URLs", r.Name)
+		}
+		names[r.Name] = true
+	}
+	if c.ProbeMin > 0 && c.ProbeMax > 0 && c.ProbeMax < c.ProbeMin {
+		return fmt.Errorf("client: ProbeMax %v is below ProbeMin %v", c.ProbeMax, c.ProbeMin)
 	}
 	if c.TLS != nil && c.HTTPClient != nil {
 		return errors.New("client: TLS and HTTPClient are both set: configure TLS on the HTTPClient's transport")
@@ -126,22 +158,48 @@ func (c *Config) setDefaults() (own *http.Transport) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.ProbeMin <= 0 {
+		c.ProbeMin = 250 * time.Millisecond
+	}
+	if c.ProbeMax <= 0 {
+		c.ProbeMax = max(10*time.Second, c.ProbeMin)
+	}
+	if len(c.Regions) == 0 {
+		c.Regions = []Region{{URLs: c.URLs}}
+	}
 	return own
 }
 
 // Client hands out IDs of many tags from ranges granted by idmint
 // instances. It is safe for concurrent use.
 type Client struct {
-	cfg  Config
-	urls []string // base URLs without a trailing slash
-
-	// set is the tags' buffers, fed by the instances through
-	// rangeSource: the same tag set as an allocator's, over HTTP.
-	set *segment.Set
-	// preferred is the index in urls of the instance that answered last.
-	preferred atomic.Int64
+	cfg Config
+	// regions are the client's regions, home first (one, unnamed, for
+	// Config.URLs).
+	regions []*region
+	// serving is the stint of the region served from now: its Set holds
+	// the tags' buffers, fed by the region's instances through
+	// rangeSource, the same tag set as an allocator's, over HTTP.
+	serving atomic.Pointer[stint]
 	// requests counts range requests sent (attempts, not loads).
 	requests atomic.Int64
+	// failovers counts the moves away from a region that could not
+	// grant; returns the moves back home.
+	failovers, returns atomic.Int64
+	// lastFrom holds, per tag, the name of the region that granted its
+	// last range (map[string]string).
+	lastFrom sync.Map
+
+	mu sync.Mutex // protects closed and probing, and orders the moves
+	// closed is set by Close.
+	closed bool
+	// probing is set while probeHome runs.
+	probing bool
+	// ctx ends the probing at Close; bg tracks the probe and the stints
+	// closing in the background.
+	ctx    context.Context
+	cancel context.CancelFunc
+	bg     sync.WaitGroup
 
 	// transport is the HTTPClient's transport when the client made it
 	// itself: Close closes its idle connections.
@@ -157,22 +215,22 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	own := cfg.setDefaults()
 	c := &Client{cfg: cfg, transport: own}
-	for _, raw := range cfg.URLs {
-		u, err := url.Parse(raw)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, fmt.Errorf("client: URL %q: want http(s)://host[:port]", raw)
+	for i, cr := range cfg.Regions {
+		r := &region{name: cr.Name, index: i, floors: map[string]int64{}}
+		for _, raw := range cr.URLs {
+			u, err := url.Parse(raw)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return nil, fmt.Errorf("client: URL %q: want http(s)://host[:port]", raw)
+			}
+			r.urls = append(r.urls, strings.TrimRight(raw, "/"))
 		}
-		c.urls = append(c.urls, strings.TrimRight(raw, "/"))
+		c.regions = append(c.regions, r)
 	}
-	c.set = segment.NewSet(segment.SetConfig{
-		Source:     rangeSource{c},
-		Buffer:     cfg.Segment,
-		HolderKeys: true,
-		RetryMin:   cfg.RetryMin, RetryMax: cfg.RetryMax,
-		Logger: cfg.Logger,
-	})
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.serving.Store(c.newStint(c.regions[0]))
 	for _, tag := range cfg.Tags {
-		if err := c.set.Ready(ctx, tag); err != nil {
+		err := c.inRegions(ctx, func(ctx context.Context, s *segment.Set) error { return s.Ready(ctx, tag) })
+		if err != nil {
 			cctx, cancel := context.WithTimeout(context.Background(), cfg.AttemptTimeout)
 			c.Close(cctx)
 			cancel()
@@ -189,7 +247,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 // ErrUnknownTag from memory for a few seconds, without a request.
 func (c *Client) Next(ctx context.Context, tag string) (int64, error) {
 	// The fast path is inlined and makes no call; see allocator.Next.
-	if b := c.set.Index().Find(tag); b != nil {
+	if b := c.serving.Load().set.Index().Find(tag); b != nil {
 		if id, ok := b.TryTake(); ok {
 			return id, nil
 		}
@@ -200,7 +258,11 @@ func (c *Client) Next(ctx context.Context, tag string) (int64, error) {
 // nextSlow is Next for a tag without a buffer yet, or when TryTake
 // declines.
 func (c *Client) nextSlow(ctx context.Context, tag string) (int64, error) {
-	id, err := c.set.Next(ctx, tag)
+	var id int64
+	err := c.inRegions(ctx, func(ctx context.Context, s *segment.Set) (err error) {
+		id, err = s.Next(ctx, tag)
+		return err
+	})
 	return id, callerErr(err)
 }
 
@@ -213,7 +275,20 @@ func (c *Client) NextN(ctx context.Context, tag string, n int) ([]int64, error) 
 	if n < 1 {
 		return nil, fmt.Errorf("count %d: must be at least 1", n)
 	}
-	ids, err := c.set.NextN(ctx, tag, n, make([]int64, 0, n))
+	// A region that fails after handing out some of the n leaves them
+	// with the error: the n are increasing, and two regions' IDs are not
+	// in order.
+	ids := make([]int64, 0, n)
+	err := c.inRegions(ctx, func(ctx context.Context, s *segment.Set) (err error) {
+		ids, err = s.NextN(ctx, tag, n, ids)
+		if err != nil && len(ids) > 0 {
+			return &partial{err}
+		}
+		return err
+	})
+	if p, ok := err.(*partial); ok {
+		err = p.err
+	}
 	return ids, callerErr(err)
 }
 
@@ -233,28 +308,73 @@ func callerErr(err error) error {
 	return err
 }
 
+// partial is the error of a take that handed out some IDs before it
+// failed: the client does not move to another region for the rest.
+type partial struct{ err error }
+
+func (p *partial) Error() string { return p.err.Error() }
+
 // Stats is a snapshot of a client.
 type Stats struct {
-	// Tags holds each tag's buffer, sorted by tag.
+	// Tags holds each tag's buffer in the region served from now, sorted
+	// by tag.
 	Tags []segment.Stats
 	// Requests counts range requests sent to instances, retries included.
 	Requests int64
+	// Region is the name of the region served from now ("" for
+	// Config.URLs).
+	Region string
+	// LastRangeFrom holds, per tag, the name of the region that granted
+	// its last range.
+	LastRangeFrom map[string]string
+	// Failovers counts the moves away from a region that could not
+	// grant; Returns the moves back home.
+	Failovers, Returns int64
+	// Regions holds each region's counters, home first.
+	Regions []RegionStats
 }
 
-// Stats returns a snapshot of every tag's buffer.
+// Stats returns a snapshot of every tag's buffer and of the regions.
 func (c *Client) Stats() Stats {
-	return Stats{Tags: c.set.Stats(), Requests: c.requests.Load()}
+	st := c.serving.Load()
+	out := Stats{
+		Tags: st.set.Stats(), Requests: c.requests.Load(), Region: st.region.name,
+		LastRangeFrom: map[string]string{},
+		Failovers:     c.failovers.Load(), Returns: c.returns.Load(),
+	}
+	c.lastFrom.Range(func(tag, name any) bool {
+		out.LastRangeFrom[tag.(string)] = name.(string)
+		return true
+	})
+	for _, r := range c.regions {
+		out.Regions = append(out.Regions, RegionStats{
+			Name: r.name, Serving: r == st.region, Left: r.left.Load(),
+			Abandoned: r.abandoned.Load(), Gap: r.gap.Load(),
+		})
+	}
+	return out
 }
 
 // Close stops background loads and gives back, for each tag, the unused
 // tail of its newest range, when no one was granted anything after it (and
 // the range before it, when the two touch). The other unused IDs are a
-// gap. It waits for the client's goroutines, and closes the idle
+// gap. Each range goes back to the region that granted it, never to
+// another. It waits for the client's goroutines, and closes the idle
 // connections of the transport it made (not those of a
 // Config.HTTPClient). Next fails with ErrClosed afterwards. ctx bounds the
 // give-backs.
 func (c *Client) Close(ctx context.Context) error {
-	err := c.set.Close(ctx)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	st := c.serving.Load()
+	c.mu.Unlock()
+	c.cancel()
+	err := st.set.Close(ctx)
+	c.bg.Wait()
 	if c.transport != nil {
 		c.transport.CloseIdleConnections()
 	}

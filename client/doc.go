@@ -19,6 +19,15 @@
 //	defer c.Close(ctx) // gives back the unused tail of each tag's newest range
 //	id, err := c.Next(ctx, "order")
 //
+// With Config.Regions, the client knows several regions (each its own
+// database, owning a disjoint share of every tag's IDs) in order of
+// preference. It serves from home, moves to the next region when the one it
+// serves from cannot grant within the wait, and returns home once a probe
+// finds home granting again. Each stint in a region has its own requests:
+// none is looked up, sent again or given back in another region, and one
+// left unsettled in a region the client left is given up (a gap, never a
+// duplicate). See docs/clients.md, "Regions".
+//
 // Tracing: the client makes no span and depends on no tracing library; a
 // Config.HTTPClient whose transport is otelhttp.NewTransport propagates
 // the caller's trace on every request made for it (see Config.HTTPClient).

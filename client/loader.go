@@ -82,25 +82,43 @@ func (e *APIError) notOurs() bool {
 	return false
 }
 
-// rangeSource is the client's segment.Source: the range endpoints of
-// the instances, tried in turn. A grant request is idempotent by its
-// request ID and holder key, so its lookup is the same request: it answers
-// the range granted before (Recovered), or grants it now if nothing
-// committed.
-type rangeSource struct{ c *Client }
+// rangeSource is the segment.Source of one stint's Set: the range
+// endpoints of the instances of the stint's region, and of no other,
+// tried in turn. A grant request is idempotent by its request ID and
+// holder key, so its lookup is the same request: it answers the range
+// granted before (Recovered), or grants it now if nothing committed.
+type rangeSource struct {
+	c  *Client
+	st *stint
+}
 
 var _ segment.Source = rangeSource{}
 
-// Grant sends req to every instance once, starting with the one that
-// answered last, and classifies the first answer.
+// Grant sends req to every instance of the region once, starting with the
+// one that answered last, and classifies the first answer. Once the
+// client left the region as down, it sends nothing.
 func (g rangeSource) Grant(ctx context.Context, req segment.Ask) (segment.Grant, error) {
-	// The floor is the highest ID the client was granted for the tag: a
-	// database that went back in time below it is raised to it, so that
-	// the range granted is one the buffer serves.
-	gr, err := g.c.round(ctx, req, max(req.Floor, g.c.set.Floor(req.Tag)))
+	if g.st.down.Load() {
+		return segment.Grant{}, g.st.refusal()
+	}
+	gr, err := g.grant(ctx, req)
+	g.st.settle(req, err)
+	return gr, err
+}
+
+// grant is Grant's request and the class of its answer.
+func (g rangeSource) grant(ctx context.Context, req segment.Ask) (segment.Grant, error) {
+	// The floor is the highest ID the region granted the client for the
+	// tag: a database that went back in time below it is raised to it, so
+	// that the range granted is one the buffer serves. Another region's
+	// IDs lie in another share: its floor is never sent here.
+	r := g.st.region
+	gr, err := g.c.round(ctx, r, req, max(req.Floor, g.st.set.Floor(req.Tag), r.floor(req.Tag)))
 	var refused *APIError
 	switch {
 	case err == nil:
+		r.raise(req.Tag, gr.Last)
+		g.c.lastFrom.Store(req.Tag, r.name)
 		return gr, nil
 	case errors.As(err, &refused) && refused.notOurs():
 		// The request ID is another caller's (claimed before any attempt
@@ -112,31 +130,43 @@ func (g rangeSource) Grant(ctx context.Context, req segment.Ask) (segment.Grant,
 		return segment.Grant{}, segment.Classify(segment.ErrRefused, err)
 	}
 	// No answer, or one that may hide a grant: look it up (send it again).
+	if ctx.Err() == nil {
+		g.c.cannotGrant(g.st, req.Tag, err)
+	}
 	return segment.Grant{}, segment.Classify(segment.ErrAmbiguous, err)
 }
 
-// Lookup sends req again: see rangeSource.
+// Lookup sends req again, to the same region: see rangeSource. Once the
+// client left the region as down, it sends nothing: the ask is given up.
 func (g rangeSource) Lookup(ctx context.Context, req segment.Ask) (segment.Grant, error) {
+	if g.st.down.Load() {
+		return segment.Grant{}, g.st.refusal()
+	}
 	return g.Grant(ctx, req)
 }
 
-// GiveBack gives back r, the unused tail of req's range.
+// GiveBack gives back r, the unused tail of req's range, to the region
+// that granted it; once the client left that region as down, it is not
+// sent, and r is a gap (counted in RegionStats.Gap).
 func (g rangeSource) GiveBack(ctx context.Context, req segment.Ask, r segment.Range) (bool, error) {
-	return g.c.giveBack(ctx, req, r)
+	if g.st.down.Load() {
+		return false, fmt.Errorf("region %q: %w", g.st.region.name, errRegionLeft)
+	}
+	return g.c.giveBack(ctx, g.st.region, req, r)
 }
 
-// round sends req to every instance once, starting with the one that
+// round sends req to every instance of r once, starting with the one that
 // answered last, and returns the first answer.
-func (c *Client) round(ctx context.Context, req segment.Ask, floor int64) (segment.Grant, error) {
-	n := len(c.urls)
-	start := int(c.preferred.Load())
+func (c *Client) round(ctx context.Context, r *region, req segment.Ask, floor int64) (segment.Grant, error) {
+	n := len(r.urls)
+	start := int(r.preferred.Load())
 	var errs []error
 	for i := range n {
 		u := (start + i) % n
-		g, err := c.grant(ctx, c.urls[u], req, floor)
+		g, err := c.grant(ctx, r.urls[u], req, floor)
 		var refused *APIError
 		if err == nil || (errors.As(err, &refused) && refused.settled()) {
-			c.preferred.Store(int64(u))
+			r.preferred.Store(int64(u))
 			return g, err
 		}
 		errs = append(errs, err)
@@ -180,14 +210,14 @@ func (c *Client) grant(ctx context.Context, base string, req segment.Ask, floor 
 // key. It moves on to the next instance only when the request certainly did
 // not reach the last one (no connection, or an instance shutting down): a
 // give-back that may have been applied is never sent twice.
-func (c *Client) giveBack(ctx context.Context, req segment.Ask, r segment.Range) (bool, error) {
+func (c *Client) giveBack(ctx context.Context, reg *region, req segment.Ask, r segment.Range) (bool, error) {
 	body := wire.GiveBackRequest{Tag: req.Tag, RequestID: req.ID.String(), HolderKey: req.Key, First: r.First, Last: r.Last}
-	n := len(c.urls)
-	start := int(c.preferred.Load())
+	n := len(reg.urls)
+	start := int(reg.preferred.Load())
 	var errs []error
 	for i := range n {
 		var reply wire.GiveBackResponse
-		err := withTag(c.post(ctx, c.urls[(start+i)%n]+wire.PathGiveBack, body, &reply), req.Tag)
+		err := withTag(c.post(ctx, reg.urls[(start+i)%n]+wire.PathGiveBack, body, &reply), req.Tag)
 		if err == nil {
 			return reply.GivenBack, nil
 		}

@@ -76,7 +76,16 @@ func reportRate(b *testing.B) {
 // openPostgres returns a store on a fresh, migrated database.
 func openPostgres(tb testing.TB) *postgres.Store {
 	tb.Helper()
-	store, err := postgres.Open(context.Background(), pgtest.Shared(tb).NewDatabase(tb))
+	store, _ := newPostgres(tb)
+	return store
+}
+
+// newPostgres returns a store on a fresh, migrated database, and the
+// database's URL.
+func newPostgres(tb testing.TB) (*postgres.Store, string) {
+	tb.Helper()
+	dbURL := pgtest.Shared(tb).NewDatabase(tb)
+	store, err := postgres.Open(context.Background(), dbURL)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -86,7 +95,7 @@ func openPostgres(tb testing.TB) *postgres.Store {
 	if _, err := migrations.Up(context.Background(), db, migrations.PostgreSQL, nil); err != nil {
 		tb.Fatal(err)
 	}
-	return store
+	return store, dbURL
 }
 
 // serve starts an instance over store and returns its URL.
