@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/idmint/idmint/testkit/otlptest"
@@ -54,6 +55,10 @@ func (c caller) traceparent(sampled bool) string {
 func TestServe_Tracing(t *testing.T) {
 	dir, bin, dbURL := grpcSetup(t)
 	tok := strings.TrimSpace(idmint(t, "token", "create", "--name", "app", "--scope", "ids", "--database-url", dbURL))
+	// serve connects as a role of its own with a random password, so that
+	// the scan below looks for words no span could hold by chance (the
+	// harness's "postgres" is in every span's db.system, "postgresql").
+	dbURL = tracedRole(t, dbURL)
 	for _, protocol := range []string{"http/protobuf", "grpc"} {
 		t.Run(strings.ReplaceAll(protocol, "/", "_"), func(t *testing.T) {
 			recv := otlptest.NewHTTP(t)
@@ -249,4 +254,54 @@ func checkTrace(t *testing.T, recv *otlptest.Receiver, calls map[string]caller, 
 	if gb := recv.Named("idmint.store.give_back"); len(gb) > 0 && gb[0].Attrs["idmint.given_back"] != "false" {
 		t.Errorf("the shutdown's give-back: %v", gb[0].Attrs)
 	}
+}
+
+// tracedRole makes a login role with a random name and password, allowed
+// every table and sequence of the database at dbURL, and returns dbURL as
+// that role.
+func tracedRole(t *testing.T, dbURL string) string {
+	t.Helper()
+	var b [12]byte
+	rand.Read(b[:])
+	role, pass := "traced_"+hex.EncodeToString(b[:4]), hex.EncodeToString(b[4:])+"Zq"
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	id := pgx.Identifier{role}.Sanitize()
+	for _, sql := range []string{
+		"CREATE ROLE " + id + " LOGIN PASSWORD '" + pass + "'",
+		"GRANT ALL ON ALL TABLES IN SCHEMA public TO " + id,
+		"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO " + id,
+		"GRANT USAGE, CREATE ON SCHEMA public TO " + id,
+	} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, dbURL)
+		if err != nil {
+			t.Errorf("drop role %s: %v", role, err)
+			return
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(ctx, "DROP OWNED BY "+id); err != nil {
+			t.Errorf("drop role %s: %v", role, err)
+		}
+		if _, err := conn.Exec(ctx, "DROP ROLE "+id); err != nil {
+			t.Errorf("drop role %s: %v", role, err)
+		}
+	})
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(role, pass)
+	return u.String()
 }
