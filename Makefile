@@ -75,17 +75,11 @@ test-clients:
 
 # fuzz runs each fuzz target for FUZZTIME (CI runs it after the tests):
 # request parsing, token parsing, the token check of the HTTP API, the range
-# endpoints, JSON bodies, and the buffer at the top of int64.
+# endpoints, JSON bodies, the buffer at the top of int64, Leaf exports and
+# region shares (scripts/fuzz.sh).
 FUZZTIME ?= 20s
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzRequest$$' -fuzztime $(FUZZTIME) ./httpapi
-	$(GO) test -run '^$$' -fuzz '^FuzzAuth$$' -fuzztime $(FUZZTIME) ./httpapi
-	$(GO) test -run '^$$' -fuzz '^FuzzLoginCookie$$' -fuzztime $(FUZZTIME) ./httpapi
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./token
-	$(GO) test -run '^$$' -fuzz '^FuzzServer_Segments$$' -fuzztime $(FUZZTIME) ./httpapi
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeBody$$' -fuzztime $(FUZZTIME) ./httpapi
-	$(GO) test -run '^$$' -fuzz '^FuzzBuffer_TopOfInt64$$' -fuzztime $(FUZZTIME) ./segment
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/leafexport
+	GO=$(GO) FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
