@@ -79,3 +79,45 @@ func Fence(have Share, at int64, raise bool) (Share, bool, error) {
 	fenced.Epochs[len(fenced.Epochs)-1].To = at
 	return fenced, true, nil
 }
+
+// Bounds are what a database's tags have granted and may grant in one
+// range: the highest max_id of every tag and the largest max_step (the
+// default one where a tag has none). A store reads them in the
+// transaction, under the lock, that changes its share.
+type Bounds struct {
+	MaxID, MaxStep int64
+}
+
+// CheckAdded refuses added epochs (Extend's) that start at or below b's
+// max_id (ErrGranted: IDs there may be granted already, in the old scheme)
+// or whose block is smaller than b's max_step (ErrBlockBelowStep).
+func (b Bounds) CheckAdded(added []Epoch) error {
+	for _, e := range added {
+		if b.MaxID >= e.From {
+			return fmt.Errorf("%w: epoch %s starts at or below a tag's max_id %d: start it above (--from, --at)", ErrGranted, e, b.MaxID)
+		}
+		if e.Block < b.MaxStep {
+			return fmt.Errorf("%w: epoch %s: a tag's max_step is %d", ErrBlockBelowStep, e, b.MaxStep)
+		}
+	}
+	return nil
+}
+
+// CheckFence refuses a fence at at when a tag's max_id is at or above it
+// (ErrGranted): the IDs from at up may be granted already.
+func (b Bounds) CheckFence(at int64) error {
+	if b.MaxID >= at {
+		return fmt.Errorf("%w: a tag's max_id %d is at or above the fence %d", ErrGranted, b.MaxID, at)
+	}
+	return nil
+}
+
+// BlockFits refuses a tag's max_step above block, the smallest block of
+// a share (0: no share), with ErrBlockBelowStep: its ranges would be
+// clipped at every block's end.
+func BlockFits(block, maxStep int64) error {
+	if block > 0 && maxStep > block {
+		return fmt.Errorf("%w: max_step %d above the region's block %d", ErrBlockBelowStep, maxStep, block)
+	}
+	return nil
+}

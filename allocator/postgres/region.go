@@ -70,11 +70,11 @@ func (p *Store) WriteShare(ctx context.Context, want region.Share) error {
 		if err != nil || len(added) == 0 {
 			return err
 		}
-		var maxID, maxStep int64
-		if err := tx.QueryRow(ctx, tagBoundsSQL, int64(segment.DefaultMaxStep)).Scan(&maxID, &maxStep); err != nil {
+		b, err := tagBounds(ctx, tx)
+		if err != nil {
 			return err
 		}
-		if err := checkAdded(added, maxID, maxStep); err != nil {
+		if err := b.CheckAdded(added); err != nil {
 			return err
 		}
 		if have.IsZero() {
@@ -91,21 +91,6 @@ VALUES ($1, NULLIF($2, 0), $3, $4, $5, $6)`, e.From, e.To, e.Block, strings.Join
 		}
 		return nil
 	})
-}
-
-// checkAdded refuses epochs that start at or below maxID, the highest
-// max_id of the tags, or whose block is below maxStep, their largest
-// max_step.
-func checkAdded(added []region.Epoch, maxID, maxStep int64) error {
-	for _, e := range added {
-		if maxID >= e.From {
-			return fmt.Errorf("%w: epoch %s starts at or below a tag's max_id %d: start it above (--from, --at)", region.ErrGranted, e, maxID)
-		}
-		if e.Block < maxStep {
-			return fmt.Errorf("%w: epoch %s: a tag's max_step is %d", region.ErrBlockBelowStep, e, maxStep)
-		}
-	}
-	return nil
 }
 
 // FenceShare ends the share's open epoch at at (region.Fence; raise moves
@@ -128,12 +113,12 @@ func (p *Store) FenceShare(ctx context.Context, at int64, raise bool) (region.Sh
 		if fenced, changed, err = region.Fence(have, at, raise); err != nil || !changed {
 			return err
 		}
-		var maxID, maxStep int64
-		if err := tx.QueryRow(ctx, tagBoundsSQL, int64(segment.DefaultMaxStep)).Scan(&maxID, &maxStep); err != nil {
+		b, err := tagBounds(ctx, tx)
+		if err != nil {
 			return err
 		}
-		if maxID >= at {
-			return fmt.Errorf("%w: a tag's max_id %d is at or above the fence %d", region.ErrGranted, maxID, at)
+		if err := b.CheckFence(at); err != nil {
+			return err
 		}
 		last := fenced.Epochs[len(fenced.Epochs)-1]
 		_, err = tx.Exec(ctx, `UPDATE idmint_region_epochs SET to_id = $2 WHERE from_id = $1`, last.From, at)
@@ -145,32 +130,30 @@ func (p *Store) FenceShare(ctx context.Context, at int64, raise bool) (region.Sh
 	return fenced, nil
 }
 
-// checkBlock refuses a max_step above the share's smallest block
-// (region.ErrBlockBelowStep); maxStep 0 is segment.DefaultMaxStep.
+// checkBlock refuses a max_step (0: segment.DefaultMaxStep) above the
+// share's smallest block (region.BlockFits).
 func checkBlock(ctx context.Context, q querier, maxStep int64) error {
 	var block int64
 	if err := q.QueryRow(ctx, `SELECT COALESCE(min(block), 0) FROM idmint_region_epochs`).Scan(&block); err != nil {
 		return fmt.Errorf("read the region blocks: %w", err)
 	}
-	return blockFits(block, maxStep)
-}
-
-// blockFits is checkBlock's rule.
-func blockFits(block, maxStep int64) error {
 	if maxStep <= 0 {
 		maxStep = segment.DefaultMaxStep
 	}
-	if block > 0 && maxStep > block {
-		return fmt.Errorf("%w: max_step %d above the region's block %d", region.ErrBlockBelowStep, maxStep, block)
+	return region.BlockFits(block, maxStep)
+}
+
+// tagBounds reads the tags' region.Bounds.
+func tagBounds(ctx context.Context, q querier) (region.Bounds, error) {
+	var b region.Bounds
+	if err := q.QueryRow(ctx, tagBoundsSQL, int64(segment.DefaultMaxStep)).Scan(&b.MaxID, &b.MaxStep); err != nil {
+		return region.Bounds{}, fmt.Errorf("read the highest max_id: %w", err)
 	}
-	return nil
+	return b, nil
 }
 
 // HighestMaxID is the highest max_id of the tags (0 without any).
 func (p *Store) HighestMaxID(ctx context.Context) (int64, error) {
-	var maxID, maxStep int64
-	if err := p.pool.QueryRow(ctx, tagBoundsSQL, int64(segment.DefaultMaxStep)).Scan(&maxID, &maxStep); err != nil {
-		return 0, fmt.Errorf("read the highest max_id: %w", err)
-	}
-	return maxID, nil
+	b, err := tagBounds(ctx, p.pool)
+	return b.MaxID, err
 }

@@ -64,17 +64,12 @@ func (s *Store) WriteShare(ctx context.Context, want region.Share) error {
 		if err != nil || len(added) == 0 {
 			return err
 		}
-		var maxID, maxStep int64
-		if err := tx.QueryRowContext(ctx, tagBoundsSQL, int64(segment.DefaultMaxStep)).Scan(&maxID, &maxStep); err != nil {
+		b, err := tagBounds(ctx, tx)
+		if err != nil {
 			return err
 		}
-		for _, e := range added {
-			if maxID >= e.From {
-				return fmt.Errorf("%w: epoch %s starts at or below a tag's max_id %d: start it above (--from, --at)", region.ErrGranted, e, maxID)
-			}
-			if e.Block < maxStep {
-				return fmt.Errorf("%w: epoch %s: a tag's max_step is %d", region.ErrBlockBelowStep, e, maxStep)
-			}
+		if err := b.CheckAdded(added); err != nil {
+			return err
 		}
 		if have.IsZero() {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO idmint_region (id, name, worker_slot, worker_slots) VALUES (1, ?, ?, ?)`,
@@ -105,12 +100,12 @@ func (s *Store) FenceShare(ctx context.Context, at int64, raise bool) (region.Sh
 		if fenced, changed, err = region.Fence(have, at, raise); err != nil || !changed {
 			return err
 		}
-		var maxID, maxStep int64
-		if err := tx.QueryRowContext(ctx, tagBoundsSQL, int64(segment.DefaultMaxStep)).Scan(&maxID, &maxStep); err != nil {
+		b, err := tagBounds(ctx, tx)
+		if err != nil {
 			return err
 		}
-		if maxID >= at {
-			return fmt.Errorf("%w: a tag's max_id %d is at or above the fence %d", region.ErrGranted, maxID, at)
+		if err := b.CheckFence(at); err != nil {
+			return err
 		}
 		last := fenced.Epochs[len(fenced.Epochs)-1]
 		_, err = tx.ExecContext(ctx, `UPDATE idmint_region_epochs SET to_id = ? WHERE from_id = ?`, at, last.From)
@@ -123,7 +118,7 @@ func (s *Store) FenceShare(ctx context.Context, at int64, raise bool) (region.Sh
 }
 
 // checkBlock refuses a max_step (0: segment.DefaultMaxStep) above the
-// share's smallest block, with ErrInvalidSpec.
+// share's smallest block (region.BlockFits), with ErrInvalidSpec.
 func checkBlock(ctx context.Context, q queryer, maxStep int64) error {
 	var block int64
 	if err := q.QueryRowContext(ctx, `SELECT COALESCE(min(block), 0) FROM idmint_region_epochs`).Scan(&block); err != nil {
@@ -132,17 +127,23 @@ func checkBlock(ctx context.Context, q queryer, maxStep int64) error {
 	if maxStep <= 0 {
 		maxStep = segment.DefaultMaxStep
 	}
-	if block > 0 && maxStep > block {
-		return fmt.Errorf("%w: %w: max_step %d above the region's block %d", allocator.ErrInvalidSpec, region.ErrBlockBelowStep, maxStep, block)
+	if err := region.BlockFits(block, maxStep); err != nil {
+		return fmt.Errorf("%w: %w", allocator.ErrInvalidSpec, err)
 	}
 	return nil
 }
 
+// tagBounds reads the tags' region.Bounds.
+func tagBounds(ctx context.Context, q queryer) (region.Bounds, error) {
+	var b region.Bounds
+	if err := q.QueryRowContext(ctx, tagBoundsSQL, int64(segment.DefaultMaxStep)).Scan(&b.MaxID, &b.MaxStep); err != nil {
+		return region.Bounds{}, fmt.Errorf("read the highest max_id: %w", err)
+	}
+	return b, nil
+}
+
 // HighestMaxID is the highest max_id of the tags (0 without any).
 func (s *Store) HighestMaxID(ctx context.Context) (int64, error) {
-	var maxID, maxStep int64
-	if err := s.db.QueryRowContext(ctx, tagBoundsSQL, int64(segment.DefaultMaxStep)).Scan(&maxID, &maxStep); err != nil {
-		return 0, fmt.Errorf("read the highest max_id: %w", err)
-	}
-	return maxID, nil
+	b, err := tagBounds(ctx, s.db)
+	return b.MaxID, err
 }
