@@ -24,7 +24,10 @@ import (
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/allocator/postgres"
+	"github.com/idmint/idmint/core"
 	"github.com/idmint/idmint/httpapi"
+	"github.com/idmint/idmint/region"
+	"github.com/idmint/idmint/region/peers"
 	"github.com/idmint/idmint/testkit/pgtest"
 	"github.com/idmint/idmint/testkit/testutil"
 )
@@ -336,6 +339,42 @@ func TestDashboard_Browser(t *testing.T) {
 		}
 	})
 
+	t.Run("region", func(t *testing.T) {
+		// serve --region: the header says the region, its place among the
+		// regions, its block, the IDs left before its fence and which peers
+		// answer and agree; one unreachable peer makes it a warning.
+		store := memstore.New()
+		if _, err := store.CreateTag(t.Context(), allocator.TagSpec{Name: "order", Step: 1000}); err != nil {
+			t.Fatal(err)
+		}
+		a := allocator.New(allocator.Config{Store: store, Logger: testlog.Discard()})
+		t.Cleanup(func() { a.Close(context.Background()) })
+		share, err := region.Claim("eu", []string{"eu", "us", "ap"}, 1, 1_000_000, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		share.Epochs[0].To = 9_000_001 // fenced: blocks 0, 3 and 6 are eu's
+		src := staticRegion{st: core.RegionState{Share: share, Peers: []peers.Peer{
+			{URL: "http://us.example:8080", Name: "us", Reachable: true, Agrees: true},
+			{URL: "http://ap.example:8080", Error: "connection refused"},
+		}}}
+		srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard(), Region: src})))
+		t.Cleanup(srv.Close)
+		(&pgInstance{srv: srv}).take(t, "order", 5)
+		dom := string(runChromium(t, bin, srv.URL+"/id/dashboard", 2000, "--dump-dom"))
+		pill := regexp.MustCompile(`<span id="region" class="pill warn"[^>]*data-region="eu" data-peers-agree="1"[^>]*>([^<]*)<`).FindStringSubmatch(dom)
+		if pill == nil {
+			i := strings.Index(dom, `id="region"`)
+			t.Fatalf("no region pill (warn, eu, 1 peer agreeing): %q", dom[max(i, 0):min(len(dom), max(i, 0)+400)])
+		}
+		// eu's share holds blocks 0, 3 and 6 below the fence: 3,000,000 IDs,
+		// of which the first range (1000) is granted.
+		want := "region eu · 1 of 3 · block 1,000,000 · fence 9000001 · 2,999,000 ids left (order) · peers us ok, http://ap.example:8080 unreachable"
+		if got := html.UnescapeString(pill[1]); got != want {
+			t.Errorf("region pill:\n have %q\n want %q", got, want)
+		}
+	})
+
 	t.Run("runway short", func(t *testing.T) {
 		// A tag whose max_step cannot hold its runway: the page warns,
 		// with the runway it has, and the tag that holds its runway says so.
@@ -470,3 +509,9 @@ func cutLabels(tb testing.TB, bin string, dashboard http.Handler, width, height 
 	}
 	return out.Labels, out.Cut
 }
+
+// staticRegion is a region that never changes: the share, workers and
+// peers of st.
+type staticRegion struct{ st core.RegionState }
+
+func (r staticRegion) Region() core.RegionState { return r.st }
