@@ -268,12 +268,7 @@ func TestDashboard_Browser(t *testing.T) {
 	t.Run("held standby", func(t *testing.T) {
 		// A standby that could be promoted went away: the page says which,
 		// since when, and how long the buffers carry callers.
-		store := memstore.New()
-		if _, err := store.CreateTag(t.Context(), allocator.TagSpec{Name: "order", Step: 1000}); err != nil {
-			t.Fatal(err)
-		}
-		a := allocator.New(allocator.Config{Store: store, Logger: testlog.Discard()})
-		t.Cleanup(func() { a.Close(context.Background()) })
+		a := memAllocator(t, "order")
 		since := time.Now().Add(-90 * time.Second).UTC()
 		away := postgres.Standby{Name: "db2", Kind: postgres.KindRemembered, State: "disconnected"}
 		src := replicationSource{st: postgres.ReplicationStatus{Timeline: 1, InitialTimeline: 1, Required: postgres.ReplicasAuto, Ack: postgres.AckFlush,
@@ -314,14 +309,7 @@ func TestDashboard_Browser(t *testing.T) {
 	t.Run("listed tag not loaded", func(t *testing.T) {
 		// A tag serve --tag names, never asked for: listed, said to be not
 		// loaded yet, not alarmed as not serving; the status stays ok.
-		store := memstore.New()
-		for _, name := range []string{"order", "user"} {
-			if _, err := store.CreateTag(t.Context(), allocator.TagSpec{Name: name, Step: 1000}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		a := allocator.New(allocator.Config{Store: store, Logger: testlog.Discard()})
-		t.Cleanup(func() { a.Close(context.Background()) })
+		a := memAllocator(t, "order", "user")
 		srv := validated(httptest.NewServer(httpapi.NewServer(httpapi.Config{Allocator: a, Logger: testlog.Discard(), Tags: []string{"order", "user"}})))
 		t.Cleanup(srv.Close)
 		(&pgInstance{srv: srv}).take(t, "order", 3)
@@ -343,12 +331,7 @@ func TestDashboard_Browser(t *testing.T) {
 		// serve --region: the header says the region, its place among the
 		// regions, its block, the IDs left before its fence and which peers
 		// answer and agree; one unreachable peer makes it a warning.
-		store := memstore.New()
-		if _, err := store.CreateTag(t.Context(), allocator.TagSpec{Name: "order", Step: 1000}); err != nil {
-			t.Fatal(err)
-		}
-		a := allocator.New(allocator.Config{Store: store, Logger: testlog.Discard()})
-		t.Cleanup(func() { a.Close(context.Background()) })
+		a := memAllocator(t, "order")
 		share, err := region.Claim("eu", []string{"eu", "us", "ap"}, 1, 1_000_000, 3)
 		if err != nil {
 			t.Fatal(err)
@@ -515,3 +498,17 @@ func cutLabels(tb testing.TB, bin string, dashboard http.Handler, width, height 
 type staticRegion struct{ st core.RegionState }
 
 func (r staticRegion) Region() core.RegionState { return r.st }
+
+// memAllocator is an allocator on a memory store with tags of step 1000.
+func memAllocator(t *testing.T, tags ...string) *allocator.Allocator {
+	t.Helper()
+	store := memstore.New()
+	for _, name := range tags {
+		if _, err := store.CreateTag(t.Context(), allocator.TagSpec{Name: name, Step: 1000}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := allocator.New(allocator.Config{Store: store, Logger: testlog.Discard()})
+	t.Cleanup(func() { a.Close(context.Background()) })
+	return a
+}
