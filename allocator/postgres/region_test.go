@@ -10,7 +10,7 @@ import (
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/region"
-	"github.com/idmint/idmint/region/regiontest"
+	"github.com/idmint/idmint/testkit/regiontest"
 	"github.com/idmint/idmint/testkit/testutil"
 )
 

@@ -3,7 +3,7 @@ package sqlite_test
 import (
 	"testing"
 
-	"github.com/idmint/idmint/region/regiontest"
+	"github.com/idmint/idmint/testkit/regiontest"
 )
 
 // TestSQLite_Regions: the region contract on SQLite files, one per region.
