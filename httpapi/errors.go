@@ -8,6 +8,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 
 	"github.com/idmint/idmint/core"
+	"github.com/idmint/idmint/internal/faillog"
 	"github.com/idmint/idmint/internal/redact"
 	"github.com/idmint/idmint/wire"
 )
@@ -77,7 +78,7 @@ func newError(code, message string) *core.Error { return core.NewError(code, mes
 // (routes a program adds beside idmint's use it too, e.g. for AuthorizeTag's
 // refusals). A refusal is counted in idmint_http_refused_total, unless the
 // core counted it where it made it; a 5xx is logged with the error,
-// redacted (at most one line a second per code: see failureLog). The
+// redacted (at most one line a second per code: faillog). The
 // reply's message is redacted too, and never holds a stack trace or SQL.
 func (s *Server) WriteError(w http.ResponseWriter, r *http.Request, err error) {
 	rule, status := s.noteError(w, r, err)
@@ -98,7 +99,7 @@ func (s *Server) noteError(w http.ResponseWriter, r *http.Request, err error) (*
 		s.cfg.Metrics.refusedCounter().WithLabelValues(rule.Code).Inc()
 	}
 	if status >= 500 {
-		s.cfg.Logger.Warn(requestFailed, "path", truncate(r.URL.Path, maxLogged), "query", truncate(r.URL.RawQuery, maxLogged),
+		s.cfg.Logger.Warn(faillog.Message, "path", truncate(r.URL.Path, maxLogged), "query", truncate(r.URL.RawQuery, maxLogged),
 			"status", status, "code", rule.Code, "err", redact.Error(err), "request_id", middleware.GetReqID(r.Context()))
 	}
 	if ae, ok := errors.AsType[*core.Error](err); ok && ae.Challenge != "" {

@@ -11,6 +11,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/idmint/idmint/core"
+	"github.com/idmint/idmint/internal/faillog"
 	"github.com/idmint/idmint/token"
 )
 
@@ -106,8 +107,8 @@ func NewServer(cfg Config) *Server {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	// 5xx lines at most once a second per code (failureLog).
-	cfg.Logger = slog.New(newFailureLog(cfg.Logger.Handler(), cfg.Now))
+	// 5xx lines at most once a second per code.
+	cfg.Logger = slog.New(faillog.New(cfg.Logger.Handler(), cfg.Now))
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
 	}

@@ -3,6 +3,7 @@ package rpcapi
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -11,6 +12,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/idmint/idmint/core"
+	"github.com/idmint/idmint/internal/faillog"
+	"github.com/idmint/idmint/internal/redact"
 	"github.com/idmint/idmint/wire"
 )
 
@@ -94,4 +97,18 @@ func connectError(ctx context.Context, err error) *connect.Error {
 		e.Meta().Set("Retry-After", strconv.Itoa(secs))
 	}
 	return e
+}
+
+// logFailure logs a call that failed on the server's side (a code Connect
+// answers with a 5xx: Unavailable, Internal, …) as the HTTP API logs a
+// 5xx: one faillog.Message line with the procedure, the idmint code, the
+// error redacted and the request ID (the one in its ErrorInfo), at most
+// once a second per code. A refusal (4xx) is not logged: it is counted.
+func logFailure(logger *slog.Logger, procedure string, ce *connect.Error, err error, requestID string) {
+	status := httpStatusOf(ce.Code())
+	if status < 500 {
+		return
+	}
+	logger.Warn(faillog.Message, "procedure", procedure, "status", status, "code", core.Lookup(err).Code,
+		"grpc_code", ce.Code().String(), "err", redact.Error(err), "request_id", requestID)
 }

@@ -32,6 +32,7 @@ import (
 	"google.golang.org/protobuf/protoadapt"
 
 	"github.com/idmint/idmint/core"
+	"github.com/idmint/idmint/internal/faillog"
 	idmintv1 "github.com/idmint/idmint/rpcapi/gen/idmint/v1"
 )
 
@@ -103,6 +104,8 @@ func NewGRPCServer(s *Service, cfg GRPCConfig) *grpc.Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	// Failed calls' lines at most once a second per code.
+	cfg.Logger = slog.New(faillog.New(cfg.Logger.Handler(), nil))
 	g := &grpcServer{s: s, logger: cfg.Logger, accessLog: cfg.AccessLog, trace: cfg.Trace, unary: map[string]bool{}, prefix: requestPrefix()}
 	opts := []grpc.ServerOption{
 		grpc.InTapHandle(g.tap),
@@ -354,6 +357,7 @@ func (g *grpcServer) call(procedure string, h grpc.MethodHandler) grpc.MethodHan
 		}
 		ce := connectError(rc, err)
 		code = codes.Code(ce.Code())
+		logFailure(g.logger, procedure, ce, err, rc.requestID())
 		if v := ce.Meta().Get("Retry-After"); v != "" {
 			_ = grpc.SetTrailer(ctx, metadata.Pairs("retry-after", v))
 		}

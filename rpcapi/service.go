@@ -48,7 +48,7 @@ func (s *Service) Mount(c *core.Core, r chi.Router) {
 		connect.WithReadMaxBytes(maxMessageBytes),
 		connect.WithCompression("gzip", s.newDecompressor, newGzipCompressor),
 		connect.WithCompressMinBytes(compressMinBytes),
-		connect.WithInterceptors(mapErrors),
+		connect.WithInterceptors(s.mapErrors()),
 	}
 	refusals := connect.NewErrorWriter(opts...)
 	gate := func(h http.Handler) http.Handler {
@@ -108,7 +108,7 @@ func (s *Service) Mount(c *core.Core, r chi.Router) {
 }
 
 // respond wraps a procedure's typed reply for connect-go; its error is
-// mapped once, by mapErrors.
+// mapped once, by Service.mapErrors.
 func respond[T any](m *T, err error) (*connect.Response[T], error) {
 	if err != nil {
 		return nil, err
@@ -118,16 +118,21 @@ func respond[T any](m *T, err error) (*connect.Response[T], error) {
 
 // mapErrors turns the error of every call into its connect error
 // (connectError): the one place, for the procedures and the health
-// service alike.
-var mapErrors = connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		resp, err := next(ctx, req)
-		if err != nil {
-			return nil, connectError(ctx, err)
+// service alike; a failure on the server's side is logged (logFailure).
+func (s *Service) mapErrors() connect.Interceptor {
+	logger := s.core.Config().Logger
+	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			resp, err := next(ctx, req)
+			if err != nil {
+				ce := connectError(ctx, err)
+				logFailure(logger, req.Spec().Procedure, ce, err, core.RequestID(ctx))
+				return nil, ce
+			}
+			return resp, nil
 		}
-		return resp, nil
-	}
-})
+	})
+}
 
 func timestamp(t *time.Time) *timestamppb.Timestamp {
 	if t == nil {

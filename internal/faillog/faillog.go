@@ -1,4 +1,4 @@
-package httpapi
+package faillog
 
 import (
 	"context"
@@ -7,8 +7,10 @@ import (
 	"time"
 )
 
-// requestFailed is the message of the line Server.WriteError logs for a 5xx.
-const requestFailed = "request failed"
+// Message is the message of the line a server logs for a request or call
+// that failed on its side: an HTTP 5xx, or a gRPC code Connect answers
+// with a 5xx (Unavailable, Internal, Unknown, DeadlineExceeded, …).
+const Message = "request failed"
 
 // Bounds of the failure log.
 const (
@@ -64,17 +66,21 @@ func (l *logLimiter) allow(key string) (ok bool, suppressed int64) {
 	return true, suppressed
 }
 
-// failureLog is the server's log handler: it passes every record on, but
-// writes Server.WriteError's "request failed" lines at most once a second per
-// error code, the next line carrying "suppressed": how many were dropped.
-// A cluster whose worker IDs are all held answers thousands of 503s a
-// second; each is still counted in idmint_http_requests_total.
+// failureLog passes every record on, but writes Message lines at most
+// once a second per error code, the next line carrying "suppressed": how
+// many were dropped.
 type failureLog struct {
 	next slog.Handler
 	lim  *logLimiter
 }
 
-func newFailureLog(next slog.Handler, now func() time.Time) slog.Handler {
+// New returns next limited: Message lines (those with a "code"
+// attribute, the error's stable code) at most once a second per code,
+// every other record as it is. now is the clock (nil: time.Now).
+func New(next slog.Handler, now func() time.Time) slog.Handler {
+	if now == nil {
+		now = time.Now
+	}
 	return failureLog{next: next, lim: newLogLimiter(failureLogEvery, now)}
 }
 
@@ -83,7 +89,7 @@ func (h failureLog) Enabled(ctx context.Context, l slog.Level) bool { return h.n
 
 // Handle implements slog.Handler.
 func (h failureLog) Handle(ctx context.Context, r slog.Record) error {
-	if r.Message != requestFailed {
+	if r.Message != Message {
 		return h.next.Handle(ctx, r)
 	}
 	code := ""
