@@ -15,9 +15,13 @@ import (
 // the caller's trace when its metadata carries a traceparent, and returns
 // the call's context and the function that ends the span with the call's
 // code. It is rpcapi.GRPCConfig's Trace. The span carries the procedure
-// and the code, nothing of the metadata.
+// and the code, nothing of the metadata. A health check is traced only in
+// a caller's sampled trace (watched).
 func (t *Tracing) GRPC(ctx context.Context, procedure string, md metadata.MD) (context.Context, func(codes.Code)) {
 	ctx = t.prop.Extract(ctx, mdCarrier(md))
+	if unasked(ctx, procedure) {
+		return ctx, func(codes.Code) {}
+	}
 	name := strings.TrimPrefix(procedure, "/")
 	service, method, _ := strings.Cut(name, "/")
 	ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer),
@@ -29,6 +33,21 @@ func (t *Tracing) GRPC(ctx context.Context, procedure string, md metadata.MD) (c
 		}
 		span.End()
 	}
+}
+
+// watched are the routes and procedures that probes, scrapers and the
+// dashboard call every few seconds, each pod all day: a span of its own
+// for each would bury the traces of IDs. They are traced when the caller
+// asks, in a sampled trace of its own.
+var watched = map[string]bool{
+	"/id/live": true, "/id/health": true, "/id/dashboard": true, "/metrics": true,
+	"/grpc.health.v1.Health/Check": true, "/grpc.health.v1.Health/Watch": true,
+}
+
+// unasked reports whether route is watched and ctx carries no sampled
+// trace of the caller's.
+func unasked(ctx context.Context, route string) bool {
+	return watched[route] && !trace.SpanContextFromContext(ctx).IsSampled()
 }
 
 // serverFault reports the codes that mark a server span an error, as

@@ -16,7 +16,9 @@ import (
 // by the route routes matches ("GET /id", never the raw path or its query),
 // or by the procedure for gRPC and Connect calls on the port
 // ("idmint.v1.IDService/NextID"); it carries the method, the route and
-// the status, and nothing else of the request.
+// the status, and nothing else of the request. A watched route (a probe,
+// a scrape, the dashboard's poll) is traced only in a caller's sampled
+// trace.
 func (t *Tracing) HTTP(h http.Handler, routes chi.Routes) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		st := httpStates.Get().(*httpState)
@@ -26,6 +28,10 @@ func (t *Tracing) HTTP(h http.Handler, routes chi.Routes) http.Handler {
 		}()
 		ctx := t.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 		route := routeOf(routes, r, &st.route)
+		if unasked(ctx, route) {
+			h.ServeHTTP(w, r)
+			return
+		}
 		method := methodOf(r.Method)
 		opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
 		name := method

@@ -195,6 +195,51 @@ func TestTracing_HTTP(t *testing.T) {
 	})
 }
 
+// TestTracing_Watched: a probe, a scrape or the dashboard's poll makes no
+// span of its own, over HTTP and gRPC; the same call in a caller's
+// sampled trace is traced, and an ID request without one is a root span.
+func TestTracing_Watched(t *testing.T) {
+	tr, rec := recorded(t)
+	r := chi.NewRouter()
+	ok := func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok")) }
+	for _, route := range []string{"/id", "/id/live", "/id/health", "/id/dashboard", "/metrics"} {
+		r.Get(route, ok)
+	}
+	r.Handle("/grpc.health.v1.Health/Check", http.HandlerFunc(ok))
+	h := tr.HTTP(r, r)
+	serve := func(method, target, traceparent string) {
+		req := httptest.NewRequest(method, target, nil)
+		if traceparent != "" {
+			req.Header.Set("Traceparent", traceparent)
+		}
+		h.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	sampled := "00-" + callerTrace + "-00f067aa0ba902b7-01"
+	unsampled := "00-" + callerTrace + "-00f067aa0ba902b7-00"
+	for _, target := range []string{"/id/live", "/id/health", "/id/dashboard", "/metrics"} {
+		serve("GET", target, "")
+		serve("GET", target, unsampled)
+	}
+	serve("POST", "/grpc.health.v1.Health/Check", "")
+	_, end := tr.GRPC(context.Background(), "/grpc.health.v1.Health/Check", metadata.MD{})
+	end(codes.OK)
+	if n := len(rec.Ended()); n != 0 {
+		t.Fatalf("probes and scrapes made %d spans, want none", n)
+	}
+	serve("GET", "/id/health", sampled)
+	_, end = tr.GRPC(context.Background(), "/grpc.health.v1.Health/Check", metadata.Pairs("traceparent", sampled))
+	end(codes.OK)
+	serve("GET", "/id?biz_tag=order", "")
+	spans := rec.Ended()
+	if len(spans) != 3 || spans[0].Name() != "GET /id/health" || spans[1].Name() != "grpc.health.v1.Health/Check" || spans[2].Name() != "GET /id" {
+		names := make([]string, len(spans))
+		for i, s := range spans {
+			names[i] = s.Name()
+		}
+		t.Fatalf("spans %v; want the health read and check in the caller's trace, then GET /id", names)
+	}
+}
+
 func TestTracing_GRPC(t *testing.T) {
 	tr, rec := recorded(t)
 	const secret = "tok-8e1d"
