@@ -14,6 +14,7 @@ import (
 	"github.com/idmint/idmint/lease"
 	"github.com/idmint/idmint/migrations"
 	"github.com/idmint/idmint/snowflake"
+	"github.com/idmint/idmint/testkit/pgstore"
 	"github.com/idmint/idmint/testkit/pgtest"
 )
 
@@ -38,7 +39,7 @@ func openPostgres(t *testing.T) func() snowflake.LeaseStore {
 		t.Cleanup(s.Close)
 		return s
 	}
-	migratePG(t, url)
+	pgstore.Migrate(t, url)
 	return func() snowflake.LeaseStore { return lease.NewPostgres(connect().Pool()) }
 }
 
@@ -351,7 +352,7 @@ func TestSchema_WorkerIDBounds(t *testing.T) {
 	l := smallLayout() // worker IDs 0…3
 	t.Run("postgres", func(t *testing.T) {
 		url := pgtest.Shared(t).NewDatabase(t)
-		migratePG(t, url)
+		pgstore.Migrate(t, url)
 		store, err := postgres.Open(ctx, url)
 		if err != nil {
 			t.Fatal(err)

@@ -25,6 +25,7 @@ import (
 	idmintv1 "github.com/idmint/idmint/rpcapi/gen/idmint/v1"
 	"github.com/idmint/idmint/rpcapi/gen/idmint/v1/idmintv1connect"
 	"github.com/idmint/idmint/testkit/pgtest"
+	"github.com/idmint/idmint/testkit/servetest"
 	"github.com/idmint/idmint/testkit/testutil"
 )
 
@@ -74,7 +75,7 @@ func grpcSetup(t *testing.T) (dir, bin, url string) {
 		t.Skip("real processes")
 	}
 	dir = t.TempDir()
-	bin = buildBinary(t, dir)
+	bin = servetest.Build(t)
 	url = pgtest.Shared(t).NewDatabase(t)
 	idmint(t, "migrate", "--database-url", url)
 	idmint(t, "tag", "create", "order", "--step", "50", "--database-url", url)

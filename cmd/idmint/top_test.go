@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/allocator"
+	"github.com/idmint/idmint/testkit/servetest"
 	"github.com/idmint/idmint/testkit/testutil"
 )
 
@@ -28,7 +29,7 @@ func TestServe_TopOfInt64(t *testing.T) {
 	}
 	const step = 10
 	dir := t.TempDir()
-	bin := buildBinary(t, dir)
+	bin := servetest.Build(t)
 	url := "sqlite://" + filepath.Join(dir, "idmint.db")
 	t.Setenv("IDMINT_DATABASE_URL", url)
 	idmint(t, "migrate")
