@@ -6,7 +6,6 @@ import (
 	"math"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -23,6 +22,7 @@ import (
 	"github.com/idmint/idmint/deploy/ha"
 	"github.com/idmint/idmint/testkit/hacluster"
 	"github.com/idmint/idmint/testkit/pgtest"
+	"github.com/idmint/idmint/testkit/servetest"
 	"github.com/idmint/idmint/testkit/testutil"
 )
 
@@ -175,10 +175,7 @@ func TestDrillHA(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	bin := filepath.Join(t.TempDir(), "idmint")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := servetest.Build(t)
 	// Ctrl-C ends the run under way through its cleanups, which stop the
 	// cluster, instead of killing this process and leaving servers behind.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -356,22 +353,21 @@ func drillHA(ctx context.Context, t *testing.T, bin string, r *haResult, cfg haC
 	idmint(t, append([]string{"tag", "create", haTag, "--database-url", url}, tagArgs...)...)
 
 	dir := t.TempDir()
-	var procs []*process
-	startInstance := func() *process {
+	var procs []*servetest.Process
+	startInstance := func() *servetest.Process {
 		i := len(procs)
-		p := &process{bin: bin, url: url, addr: testutil.FreeAddr(t), instance: fmt.Sprint("i", i),
-			logPath: filepath.Join(dir, fmt.Sprint("i", i, ".log")),
+		p := &servetest.Process{Bin: bin, DatabaseURL: url, Instance: fmt.Sprint("i", i),
+			LogPath: filepath.Join(dir, fmt.Sprint("i", i, ".log")),
 			// The deployment's settings, then the drill's own flags.
-			args: append(slices.Clone(cfg.deployArgs), cfg.serveArgs...)}
-		p.start(t)
+			Args: serveArgs(append(slices.Clone(cfg.deployArgs), cfg.serveArgs...)...)}
+		p.Start(t)
 		procs = append(procs, p)
 		return p
 	}
 	defer func() {
 		if t.Failed() {
 			for _, p := range procs {
-				logs, _ := os.ReadFile(p.logPath)
-				t.Logf("%s's log ends:\n%s", p.instance, tail(logs, 3000))
+				t.Logf("%s's log ends:\n%s", p.Instance, p.LogTail(3000))
 			}
 		}
 	}()
@@ -383,9 +379,9 @@ func drillHA(ctx context.Context, t *testing.T, bin string, r *haResult, cfg haC
 	var stopOnce sync.Once
 	stop := func() { stopOnce.Do(func() { stopLoad(); d.wait() }) }
 	defer stop()
-	drive := func(p *process) {
+	drive := func(p *servetest.Process) {
 		for i := range haClients {
-			d.client(load, fmt.Sprintf("%s-c%d", p.instance, i), "http://"+p.addr, haTag)
+			d.client(load, fmt.Sprintf("%s-c%d", p.Instance, i), "http://"+p.Addr, haTag)
 		}
 	}
 	drive(startInstance())
@@ -446,7 +442,7 @@ func drillHA(ctx context.Context, t *testing.T, bin string, r *haResult, cfg haC
 		// running instance remembers (by its floor) the grants lost with
 		// it, so the promoted server grants them again at once.
 		for _, p := range procs {
-			p.stop(t, syscall.SIGKILL)
+			p.Stop(t, syscall.SIGKILL)
 		}
 	}
 	promoted, err := c.WaitLeader(ctx, leader)
@@ -458,7 +454,7 @@ func drillHA(ctx context.Context, t *testing.T, bin string, r *haResult, cfg haC
 		crashed.Sub(d.begin).Round(time.Millisecond), promoted, promotedAt.Sub(crashed).Round(time.Millisecond))
 	if cfg.restart {
 		for _, p := range procs {
-			p.start(t)
+			p.Start(t)
 		}
 	}
 	drive(startInstance())
@@ -470,7 +466,7 @@ func drillHA(ctx context.Context, t *testing.T, bin string, r *haResult, cfg haC
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		for _, p := range procs {
-			if !d.targets["http://"+p.addr].lastOK.After(promotedAt) {
+			if !d.targets["http://"+p.Addr].lastOK.After(promotedAt) {
 				return false
 			}
 		}
@@ -479,7 +475,7 @@ func drillHA(ctx context.Context, t *testing.T, bin string, r *haResult, cfg haC
 	waitUntil(ctx, 30*time.Second, served)
 	stop()
 	for _, p := range procs {
-		p.stop(t, syscall.SIGTERM)
+		p.Stop(t, syscall.SIGTERM)
 	}
 	r.resumed = flow.resumedAfter(crashed)
 	checkHA(t, c, d, procs, promotedAt, r, cfg.expectDuplicates)
@@ -501,7 +497,7 @@ type runwayState struct {
 }
 
 // runwayOf reads p's runway for haTag.
-func runwayOf(tb testing.TB, p *process) runwayState {
+func runwayOf(tb testing.TB, p *servetest.Process) runwayState {
 	tb.Helper()
 	var h struct {
 		Tags []struct {
@@ -514,8 +510,8 @@ func runwayOf(tb testing.TB, p *process) runwayState {
 			Step   int64    `json:"step"`
 		} `json:"tags"`
 	}
-	testutil.GetJSON(tb, "http://"+p.addr+"/id/health", &h)
-	st := runwayState{Instance: p.instance}
+	testutil.GetJSON(tb, "http://"+p.Addr+"/id/health", &h)
+	st := runwayState{Instance: p.Instance}
 	for _, tg := range h.Tags {
 		if tg.Tag == haTag && tg.Held != nil {
 			st.Runway, st.Held, st.Met, st.Peak, st.Step, st.Short = tg.Runway, *tg.Held, tg.Met, tg.Peak, tg.Step, tg.Short
@@ -580,7 +576,7 @@ func breakReplica(ctx context.Context, t *testing.T, c *hacluster.Cluster, leade
 //
 // With expectDuplicates (a negative control) the run must show duplicates,
 // and what follows from them (lost grants, max_id too low) is only logged.
-func checkHA(t *testing.T, c *hacluster.Cluster, d *drillRun, procs []*process, promotedAt time.Time, r *haResult, expectDuplicates bool) {
+func checkHA(t *testing.T, c *hacluster.Cluster, d *drillRun, procs []*servetest.Process, promotedAt time.Time, r *haResult, expectDuplicates bool) {
 	var violations []string
 	defer func() {
 		switch {
@@ -607,7 +603,7 @@ func checkHA(t *testing.T, c *hacluster.Cluster, d *drillRun, procs []*process, 
 	servedBy := map[int64][]string{} // every acknowledged ID → the instances that served it
 	var highest int64
 	for i, p := range procs {
-		tl := d.targets["http://"+p.addr]
+		tl := d.targets["http://"+p.Addr]
 		if i < 2 {
 			r.worst = max(r.worst, tl.outageAt(end).duration())
 		}
@@ -620,10 +616,10 @@ func checkHA(t *testing.T, c *hacluster.Cluster, d *drillRun, procs []*process, 
 			}
 		}
 		if !tl.lastOK.After(promotedAt) {
-			t.Errorf("%s served no ID after the promotion", p.instance)
+			t.Errorf("%s served no ID after the promotion", p.Instance)
 		}
 		for _, id := range tl.ids {
-			servedBy[id] = append(servedBy[id], p.instance)
+			servedBy[id] = append(servedBy[id], p.Instance)
 			highest = max(highest, id)
 		}
 	}
@@ -685,7 +681,7 @@ func checkHA(t *testing.T, c *hacluster.Cluster, d *drillRun, procs []*process, 
 		}
 	}
 	if r.lost > 0 {
-		violations = append(violations, fmt.Sprintf("%d acknowledged IDs were served from grants the promoted database does not have (by instance: %v)", r.lost, lostBy))
+		violations = append(violations, fmt.Sprintf("%d acknowledged IDs were served from grants the promoted database does not have (by Instance: %v)", r.lost, lostBy))
 	}
 	if maxID < highest {
 		violations = append(violations, fmt.Sprintf("max_id %d on the promoted database is below %d, the highest ID served", maxID, highest))

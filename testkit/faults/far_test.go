@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/pgstore"
 	"github.com/idmint/idmint/testkit/testlog"
 
 	"github.com/google/uuid"
@@ -135,8 +136,8 @@ func TestFarDatabase_TimeoutsFollowRoundTrip(t *testing.T) {
 	srv := pgtest.Shared(t)
 	for _, oneWay := range []time.Duration{150 * time.Millisecond, 400 * time.Millisecond} {
 		t.Run(fmt.Sprint(oneWay, " each way"), func(t *testing.T) {
-			dbURL := newDatabase(t, srv)
-			direct := open(t, dbURL)
+			dbURL := pgstore.NewDatabase(t, srv)
+			direct := pgstore.Open(t, dbURL)
 			tags := []string{"a", "b", "c", "d"}
 			for _, tag := range tags {
 				createTag(t, direct, tag, 1000, 1000)
@@ -146,7 +147,7 @@ func TestFarDatabase_TimeoutsFollowRoundTrip(t *testing.T) {
 			if oneWay >= 400*time.Millisecond {
 				// A connect, a prepare and the statement: five round trips
 				// of 800 ms, more than a nearby database's 3 s.
-				store := open(t, px.URL)
+				store := pgstore.Open(t, px.URL)
 				pingAsServe(t, store)
 				retries, failures, a := coldFetches(t, store, tags, nil)
 				a.Close(context.Background())
@@ -156,7 +157,7 @@ func TestFarDatabase_TimeoutsFollowRoundTrip(t *testing.T) {
 				t.Logf("fixed timeout of %v: %d retries, %d failed requests", serveAttemptTimeout, retries, failures)
 			}
 
-			store := open(t, px.URL)
+			store := pgstore.Open(t, px.URL)
 			rt := store.RoundTrip()
 			pingAsServe(t, store)
 			if got := rt.Estimate(); got < 2*oneWay {
@@ -195,10 +196,10 @@ func TestFarDatabase_GiveBack(t *testing.T) {
 	}
 	const tag, step, oneWay = "order", 1000, 150 * time.Millisecond
 	ctx := context.Background()
-	dbURL := newDatabase(t, pgtest.Shared(t))
-	createTag(t, open(t, dbURL), tag, step, step)
+	dbURL := pgstore.NewDatabase(t, pgtest.Shared(t))
+	createTag(t, pgstore.Open(t, dbURL), tag, step, step)
 	px := far(t, dbURL, oneWay)
-	store := open(t, px.URL)
+	store := pgstore.Open(t, px.URL)
 	pingAsServe(t, store)
 	a := newInstance(t, store, "far", func(c *allocator.Config) {
 		c.AttemptTimeout, c.RetryMin, c.RetryMax = serveAttemptTimeout, 0, 0
@@ -256,10 +257,10 @@ func TestFarDatabase_LinkCut(t *testing.T) {
 		t.Skip("far database: slow round trips")
 	}
 	const tag, step, clients = "order", 5000, 4
-	dbURL := newDatabase(t, pgtest.Shared(t))
-	createTag(t, open(t, dbURL), tag, step, step)
+	dbURL := pgstore.NewDatabase(t, pgtest.Shared(t))
+	createTag(t, pgstore.Open(t, dbURL), tag, step, step)
 	px := far(t, dbURL, 150*time.Millisecond)
-	store := open(t, px.URL)
+	store := pgstore.Open(t, px.URL)
 	pingAsServe(t, store)
 	counted := &fetchCalls{Store: store}
 	a := newInstance(t, counted, "far", func(c *allocator.Config) {
@@ -397,8 +398,8 @@ func TestDrillFar(t *testing.T) {
 	// at the measured rate, so a fetch 150 ms away never runs a buffer dry.
 	const tag, clients = "order", 4
 	const oneWay, runway = 150 * time.Millisecond, 10 * time.Second
-	dbURL := newDatabase(t, pgtest.Shared(t))
-	createTag(t, open(t, dbURL), tag, allocator.DefaultStep, 10_000_000)
+	dbURL := pgstore.NewDatabase(t, pgtest.Shared(t))
+	createTag(t, pgstore.Open(t, dbURL), tag, allocator.DefaultStep, 10_000_000)
 	px := far(t, dbURL, oneWay)
 
 	type side struct {
@@ -409,7 +410,7 @@ func TestDrillFar(t *testing.T) {
 	}
 	var sides []*side
 	for _, s := range []struct{ name, url string }{{"near", dbURL}, {"far", px.URL}} {
-		store := open(t, s.url)
+		store := pgstore.Open(t, s.url)
 		pingAsServe(t, store)
 		a := newInstance(t, store, s.name, func(c *allocator.Config) {
 			// The serve defaults.

@@ -10,6 +10,7 @@ import (
 	"github.com/idmint/idmint/internal/checker"
 	"github.com/idmint/idmint/lease"
 	"github.com/idmint/idmint/snowflake"
+	"github.com/idmint/idmint/testkit/pgstore"
 	"github.com/idmint/idmint/testkit/pgtest"
 	"github.com/idmint/idmint/testkit/snowtest"
 	"github.com/idmint/idmint/testkit/testutil"
@@ -87,11 +88,11 @@ func TestLease_DatabaseOutage(t *testing.T) {
 		{"longer than the ttl", 5500 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dbURL := newDatabase(t, pgtest.Shared(t))
+			dbURL := pgstore.NewDatabase(t, pgtest.Shared(t))
 			px := toxic.New(t, dbURL)
 			c := checker.New()
-			cut := snowtest.Start(t, nodeConfig(lease.NewPostgres(open(t, px.URL).Pool()), "cut"))
-			other := snowtest.Start(t, nodeConfig(lease.NewPostgres(open(t, dbURL).Pool()), "other"))
+			cut := snowtest.Start(t, nodeConfig(lease.NewPostgres(pgstore.Open(t, px.URL).Pool()), "cut"))
+			other := snowtest.Start(t, nodeConfig(lease.NewPostgres(pgstore.Open(t, dbURL).Pool()), "other"))
 			if cut.Stats().Worker != 0 || other.Stats().Worker != 1 {
 				t.Fatalf("workers: cut %d, other %d", cut.Stats().Worker, other.Stats().Worker)
 			}
@@ -105,7 +106,7 @@ func TestLease_DatabaseOutage(t *testing.T) {
 			var successor *snowflake.Node
 			var stopSuccessor func() ([]int64, map[string]int)
 			if tc.outage > leaseTTL {
-				successor = snowtest.Start(t, nodeConfig(lease.NewPostgres(open(t, dbURL).Pool()), "successor"))
+				successor = snowtest.Start(t, nodeConfig(lease.NewPostgres(pgstore.Open(t, dbURL).Pool()), "successor"))
 				testutil.Eventually(t, 10*time.Second, "the successor to take worker 0", func() bool { return successor.Stats().Worker == 0 })
 				stopSuccessor = hammerNode(successor, c, "successor")
 			}

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/pgstore"
 	"github.com/idmint/idmint/testkit/testlog"
 
 	"github.com/idmint/idmint/allocator"
@@ -277,10 +278,10 @@ func once(t *testing.T, cut, heal func()) (func(), func()) {
 // one tag.
 func pgRunway(t *testing.T, tag string) (store allocator.Store, px *toxic.Proxy) {
 	t.Helper()
-	dbURL := newDatabase(t, pgtest.Shared(t))
-	createTag(t, open(t, dbURL), tag, 100, 0)
+	dbURL := pgstore.NewDatabase(t, pgtest.Shared(t))
+	createTag(t, pgstore.Open(t, dbURL), tag, 100, 0)
 	px = toxic.New(t, dbURL)
-	return open(t, px.URL), px
+	return pgstore.Open(t, px.URL), px
 }
 
 // TestRunway_PostgresOutageShorterThanRunway: a database outage (a
