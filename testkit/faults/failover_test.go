@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/drill"
 	"github.com/idmint/idmint/testkit/pgstore"
 	"github.com/idmint/idmint/testkit/testlog"
 
@@ -62,6 +63,19 @@ func productionAttempts(c *allocator.Config) { c.AttemptTimeout = 3 * time.Secon
 func newFailoverOn(t *testing.T, r *pgtest.Replication, url string, required postgres.Replicas, instances int, mod func(*allocator.Config)) *failover {
 	t.Helper()
 	f := &failover{r: r, url: url, required: required, mod: mod, c: checker.New()}
+	// The run's report (make drill-failover), written last: what the
+	// checker saw once the instances stopped.
+	rep := drill.Start(t, "failover")
+	t.Cleanup(func() {
+		rc := f.c.Report()
+		rep.Set("pair", r.Primary.Kind())
+		rep.Set("replicas_required", required.String())
+		rep.Set("instances", len(f.allocs))
+		rep.Set("ids", rc.IDs())
+		rep.Set("duplicates", rc.Duplicates())
+		rep.Set("failed_requests", rc.Failed)
+		rep.Set("rollbacks_refused_or_repaired", f.rolledBack())
+	})
 	pgstore.Migrate(t, f.url)
 	createTag(t, pgstore.Open(t, f.url), failoverTag, 50, 50)
 	t.Cleanup(f.stop)
