@@ -174,7 +174,9 @@ drill:
 # measured rate until the buffers outlast the failover, the leader crashes
 # once they hold the runway, and the run fails on any 503 or unanswered
 # request); DRILL_REALISTIC_MODES (default
-# async) the modes of the realistic runs. Each run prints a "drill-ha:" line, e.g.
+# async) the modes of the realistic runs. The knobs reach the test as its
+# -drill.* flags; each run writes a drill report (testkit/drill), and the
+# drill command (testkit/cmd/drill) prints them and fails on any failed run, e.g.
 # make drill-ha DRILL_MODES=async DRILL_RUNS=10 DRILL_CONTROL=0 DRILL_DEPLOY=0
 DRILL_MODES   ?= sync async
 DRILL_TAGS    ?= tiny realistic
@@ -184,43 +186,38 @@ DRILL_RUNS    ?= 1
 DRILL_CONTROL ?= 1
 DRILL_DEPLOY  ?= 1
 drill-ha:
-	IDMINT_DRILL_HA=1 DRILL_MODES='$(DRILL_MODES)' DRILL_TAGS='$(DRILL_TAGS)' DRILL_REALISTIC_MODES='$(DRILL_REALISTIC_MODES)' DRILL_REPLICA='$(DRILL_REPLICA)' DRILL_RUNS='$(DRILL_RUNS)' \
-	DRILL_DOWN='$(DRILL_DOWN)' DRILL_LAG='$(DRILL_LAG)' DRILL_SERVE_ARGS='$(DRILL_SERVE_ARGS)' \
-	DRILL_EXPECT='$(DRILL_EXPECT)' DRILL_CONTROL='$(DRILL_CONTROL)' \
-	$(GO) test -count=1 -v -timeout 90m -run '^TestDrillHA$$' ./cmd/idmint
+	$(GO) run ./testkit/cmd/drill -go '$(GO)' -v -- -count=1 -timeout 90m -run '^TestDrillHA$$' ./cmd/idmint -args -drill.ha \
+	-drill.modes='$(DRILL_MODES)' -drill.tags='$(DRILL_TAGS)' -drill.realistic-modes='$(DRILL_REALISTIC_MODES)' -drill.replica='$(DRILL_REPLICA)' \
+	-drill.runs='$(DRILL_RUNS)' -drill.down='$(DRILL_DOWN)' -drill.lag='$(DRILL_LAG)' -drill.serve-args='$(DRILL_SERVE_ARGS)' \
+	-drill.expect='$(DRILL_EXPECT)' -drill.control='$(DRILL_CONTROL)'
 	@if [ '$(DRILL_DEPLOY)' = 1 ]; then \
 		IDMINT_HA_DIR=$$(mktemp -u -d /tmp/idmint-ha-smoke.XXXXXX) deploy/ha/cluster.sh smoke; fi
 
 # drill-far measures GET /id of an instance next to PostgreSQL and of one
 # 150 ms away each way (toxiproxy), side by side under the same load, and
-# prints one "drill-far:" line with each p50/p99 and their ratio, e.g.
+# prints its drill report: each p50/p99/max and their ratios, e.g.
 # make drill-far FAR_DURATION=30s
 FAR_DURATION ?= 20s
 drill-far:
-	IDMINT_DRILL_FAR='$(FAR_DURATION)' $(GO) test -count=1 -v -timeout 10m -run '^TestDrillFar$$' ./testkit/faults
+	$(GO) run ./testkit/cmd/drill -go '$(GO)' -- -count=1 -timeout 10m -run '^TestDrillFar$$' ./testkit/faults -args -drill.far='$(FAR_DURATION)'
 
 # drill-failover repeats the failover tests on real streaming replication
 # (a lagging asynchronous standby promoted, a disconnected one promoted after
-# the instances died, a synchronous one promoted under load) FAILOVER_RUNS times and fails on any duplicate or refusal, e.g.
+# the instances died, a synchronous one promoted under load) FAILOVER_RUNS
+# times, prints a drill report per run and fails on any duplicate or refusal, e.g.
 # make drill-failover FAILOVER_RUNS=10 (IDMINT_TEST_PG=local or docker).
 FAILOVER_RUNS ?= 10
 drill-failover:
-	@out=$$(mktemp); status=0; \
-	$(GO) test -race -count=$(FAILOVER_RUNS) -timeout 60m -run '^TestFailover_' -v ./testkit/faults >"$$out" 2>&1 || status=$$?; \
-	grep -E '^(--- |ok|FAIL|panic)|failover_test.go:[0-9]+: (async|sync|primary|the same|gave up|disconnected)|DUPLICATE|refused:' "$$out"; \
-	if [ $$status -ne 0 ]; then tail -n 60 "$$out"; fi; rm -f "$$out"; exit $$status
+	$(GO) run ./testkit/cmd/drill -go '$(GO)' -- -race -count=$(FAILOVER_RUNS) -timeout 60m -run '^TestFailover_' ./testkit/faults
 
 # drill-runway runs the runway outage tests (testkit/faults TestRunway_*:
 # PostgreSQL cut by a proxy, SQLite locked by another process, the Go client)
-# RUNWAY_RUNS times and prints their RUNWAY FIGURE lines: the runway held when
+# RUNWAY_RUNS times and prints their drill reports: the runway held when
 # the outage began, errors and duplicates through a shorter outage, the time to
 # the first 503 through a longer one. E.g. make drill-runway RUNWAY_RUNS=3
 RUNWAY_RUNS ?= 1
 drill-runway:
-	@out=$$(mktemp); status=0; \
-	$(GO) test -count=$(RUNWAY_RUNS) -timeout 30m -run '^TestRunway_' -v ./testkit/faults >"$$out" 2>&1 || status=$$?; \
-	grep -E '^(--- |ok|FAIL|panic)|runway_test.go:[0-9]+: [^c]|DUPLICATE' "$$out"; \
-	if [ $$status -ne 0 ]; then tail -n 60 "$$out"; fi; rm -f "$$out"; exit $$status
+	$(GO) run ./testkit/cmd/drill -go '$(GO)' -- -count=$(RUNWAY_RUNS) -timeout 30m -run '^TestRunway_' ./testkit/faults
 
 # mutate applies each mutation of scripts/mutations.txt to a copy of the
 # tree and runs the tests that must catch it; it fails if one survives.

@@ -15,18 +15,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/pgstore"
 	"github.com/idmint/idmint/testkit/testlog"
-
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/memstore"
-	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/allocator/sqlite"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/migrations"
 	"github.com/idmint/idmint/segment"
-	"github.com/idmint/idmint/testkit/pgtest"
 	"github.com/idmint/idmint/testkit/testutil"
 	"github.com/idmint/idmint/token"
 	"github.com/idmint/idmint/wire"
@@ -40,17 +37,7 @@ type adminStore = allocator.Store
 func stores(t *testing.T) map[string]func(t *testing.T) adminStore {
 	return map[string]func(t *testing.T) adminStore{
 		"postgres": func(t *testing.T) adminStore {
-			ctx := context.Background()
-			pg, err := postgres.Open(ctx, pgtest.Shared(t).NewDatabase(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(pg.Close)
-			db := stdlib.OpenDBFromPool(pg.Pool())
-			defer db.Close()
-			if _, err := migrations.Up(ctx, db, migrations.PostgreSQL, nil); err != nil {
-				t.Fatal(err)
-			}
+			pg, _ := pgstore.New(t)
 			return pg
 		},
 		"sqlite": func(t *testing.T) adminStore {

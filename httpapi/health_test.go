@@ -12,15 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/pgstore"
 	"github.com/idmint/idmint/testkit/testlog"
-
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/memstore"
 	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/httpapi"
-	"github.com/idmint/idmint/migrations"
 	"github.com/idmint/idmint/segment"
 	"github.com/idmint/idmint/testkit/pgtest"
 	"github.com/idmint/idmint/testkit/testutil"
@@ -56,17 +54,7 @@ type pgInstance struct {
 func newPGInstance(tb testing.TB, server *pgtest.Server, tags map[string]int64, mod func(*allocator.Config)) *pgInstance {
 	tb.Helper()
 	ctx := context.Background()
-	url := server.NewDatabase(tb)
-	pg, err := postgres.Open(ctx, url)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(pg.Close)
-	db := stdlib.OpenDBFromPool(pg.Pool())
-	defer db.Close()
-	if _, err := migrations.Up(ctx, db, migrations.PostgreSQL, nil); err != nil {
-		tb.Fatal(err)
-	}
+	pg := pgstore.Open(tb, pgstore.NewDatabase(tb, server))
 	for name, step := range tags {
 		if _, err := pg.CreateTag(ctx, allocator.TagSpec{Name: name, Step: step}); err != nil {
 			tb.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/snowtest"
 	"github.com/idmint/idmint/testkit/testlog"
 
 	"github.com/idmint/idmint/allocator"
@@ -20,19 +21,10 @@ import (
 	"github.com/idmint/idmint/wire"
 )
 
-// twoWorkers is a layout with worker IDs 0 and 1.
-var twoWorkers = snowflake.Layout{Epoch: snowflake.DefaultEpoch, TimeBits: 50, WorkerBits: 1, SequenceBits: 12}
-
+// startNode starts a node of snowtest.TwoWorkers on store as holder.
 func startNode(tb testing.TB, store snowflake.LeaseStore, holder string) *snowflake.Node {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	n, err := snowflake.Start(ctx, snowflake.Config{Layout: twoWorkers, Store: store, Holder: holder, Logger: testlog.Discard()})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { n.Close(context.Background()) })
-	return n
+	return snowtest.Start(tb, snowflake.Config{Layout: snowtest.TwoWorkers, Store: store, Holder: holder})
 }
 
 // newSnowflakeServer serves segment IDs from memory and Snowflake IDs from
@@ -63,7 +55,7 @@ func TestServer_Snowflake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p, _ := twoWorkers.Parse(id); p.Worker != 0 || time.Since(p.Time).Abs() > time.Minute {
+	if p, _ := snowtest.TwoWorkers.Parse(id); p.Worker != 0 || time.Since(p.Time).Abs() > time.Minute {
 		t.Fatalf("id %d decodes to %+v", id, p)
 	}
 
@@ -92,7 +84,7 @@ func TestServer_Snowflake(t *testing.T) {
 	if status != http.StatusOK || json.Unmarshal(body, &parsed) != nil {
 		t.Fatalf("/snowflake/parse: %d %s", status, body)
 	}
-	if want, _ := twoWorkers.Parse(id); parsed.ID != id || parsed.WorkerID != want.Worker || parsed.Sequence != want.Sequence ||
+	if want, _ := snowtest.TwoWorkers.Parse(id); parsed.ID != id || parsed.WorkerID != want.Worker || parsed.Sequence != want.Sequence ||
 		!parsed.Time.Equal(want.Time) || parsed.UnixMS != want.UnixMilli || parsed.Layout != "50/1/12" {
 		t.Fatalf("/snowflake/parse = %+v, want %+v", parsed, want)
 	}

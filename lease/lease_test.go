@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/allocator/sqlite"
 	"github.com/idmint/idmint/lease"
 	"github.com/idmint/idmint/migrations"
 	"github.com/idmint/idmint/snowflake"
+	"github.com/idmint/idmint/testkit/pgstore"
 	"github.com/idmint/idmint/testkit/pgtest"
 )
 
@@ -29,17 +29,8 @@ type backend struct {
 // openPostgres migrates a fresh database and returns a function that
 // connects another store to it.
 func openPostgres(t *testing.T) func() snowflake.LeaseStore {
-	url := pgtest.Shared(t).NewDatabase(t)
-	connect := func() *postgres.Store {
-		s, err := postgres.Open(context.Background(), url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(s.Close)
-		return s
-	}
-	migratePG(t, url)
-	return func() snowflake.LeaseStore { return lease.NewPostgres(connect().Pool()) }
+	url := pgstore.NewDatabase(t, pgtest.Shared(t))
+	return func() snowflake.LeaseStore { return lease.NewPostgres(pgstore.Open(t, url).Pool()) }
 }
 
 // openSQLite migrates a fresh file and returns a function that opens
@@ -350,13 +341,7 @@ func TestSchema_WorkerIDBounds(t *testing.T) {
 	ctx := ctxT(t)
 	l := smallLayout() // worker IDs 0…3
 	t.Run("postgres", func(t *testing.T) {
-		url := pgtest.Shared(t).NewDatabase(t)
-		migratePG(t, url)
-		store, err := postgres.Open(ctx, url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer store.Close()
+		store := pgstore.Open(t, pgstore.NewDatabase(t, pgtest.Shared(t)))
 		if err := lease.NewPostgres(store.Pool()).Prepare(ctx, l); err != nil {
 			t.Fatal(err)
 		}

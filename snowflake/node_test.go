@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/snowtest"
 	"github.com/idmint/idmint/testkit/testlog"
 
 	"github.com/idmint/idmint/internal/checker"
@@ -13,30 +14,6 @@ import (
 	"github.com/idmint/idmint/snowflake"
 	"github.com/idmint/idmint/testkit/testutil"
 )
-
-// twoWorkers is a layout with worker IDs 0 and 1.
-func twoWorkers() snowflake.Layout {
-	return snowflake.Layout{Epoch: snowflake.DefaultEpoch, TimeBits: 50, WorkerBits: 1, SequenceBits: 12}
-}
-
-func startNode(tb testing.TB, cfg snowflake.Config) *snowflake.Node {
-	tb.Helper()
-	if cfg.Logger == nil {
-		cfg.Logger = testlog.Discard()
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	n, err := snowflake.Start(ctx, cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		n.Close(ctx)
-	})
-	return n
-}
 
 // take asks n for count IDs one by one and acknowledges them to c as client.
 func take(tb testing.TB, n *snowflake.Node, c *checker.Checker, client string, count int) {
@@ -54,14 +31,14 @@ func take(tb testing.TB, n *snowflake.Node, c *checker.Checker, client string, c
 
 func TestNode_AllWorkerIDsHeld(t *testing.T) {
 	store := lease.NewMemory(nil)
-	cfg := snowflake.Config{Layout: twoWorkers(), Store: store, TTL: 2 * time.Second, Margin: 100 * time.Millisecond, RenewEvery: 200 * time.Millisecond}
+	cfg := snowflake.Config{Layout: snowtest.TwoWorkers, Store: store, TTL: 2 * time.Second, Margin: 100 * time.Millisecond, RenewEvery: 200 * time.Millisecond}
 	c := checker.New()
 	cfg.Holder = "a"
-	a := startNode(t, cfg)
+	a := snowtest.Start(t, cfg)
 	cfg.Holder = "b"
-	b := startNode(t, cfg)
+	b := snowtest.Start(t, cfg)
 	cfg.Holder = "c"
-	extra := startNode(t, cfg)
+	extra := snowtest.Start(t, cfg)
 	if _, err := extra.Next(context.Background()); !errors.Is(err, snowflake.ErrNoWorker) {
 		t.Fatalf("third node on two worker ids: Next = %v, want ErrNoWorker", err)
 	}
@@ -89,7 +66,7 @@ func TestNode_AllWorkerIDsHeld(t *testing.T) {
 func TestNode_ClockSkew(t *testing.T) {
 	// The database's clock is 5 s ahead of this instance's.
 	store := lease.NewMemory(func() time.Time { return time.Now().Add(5 * time.Second) })
-	n := startNode(t, snowflake.Config{Layout: twoWorkers(), Store: store, Holder: "a"})
+	n := snowtest.Start(t, snowflake.Config{Layout: snowtest.TwoWorkers, Store: store, Holder: "a"})
 	if _, err := n.Next(context.Background()); !errors.Is(err, snowflake.ErrClockSkew) {
 		t.Fatalf("Next with the database 5 s ahead = %v, want ErrClockSkew", err)
 	}
@@ -111,7 +88,7 @@ func TestNode_ClockAheadWithinMargin(t *testing.T) {
 	store := lease.NewMemory(func() time.Time { return clock.Now().Add(-ahead) })
 	// A TTL of an hour: no renewal (every 10 min by the real clock) runs
 	// while the fake clock walks to the window's end.
-	n := startNode(t, snowflake.Config{Layout: twoWorkers(), Store: store, Holder: "a", Clock: clock, TTL: time.Hour, Margin: time.Second})
+	n := snowtest.Start(t, snowflake.Config{Layout: snowtest.TwoWorkers, Store: store, Holder: "a", Clock: clock, TTL: time.Hour, Margin: time.Second})
 	if _, err := n.Next(context.Background()); err != nil {
 		t.Fatalf("Next with the clock %v ahead, margin 1s: %v", ahead, err)
 	}
@@ -150,9 +127,9 @@ func TestNode_RestartReusesWorkerID(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			clock := newFakeClock(t0)
 			store := lease.NewMemory(clock.Now)
-			cfg := snowflake.Config{Layout: twoWorkers(), Store: store, Holder: "a", Clock: clock}
+			cfg := snowflake.Config{Layout: snowtest.TwoWorkers, Store: store, Holder: "a", Clock: clock}
 			ids := checker.New()
-			first := startNode(t, cfg)
+			first := snowtest.Start(t, cfg)
 			take(t, first, ids, "a", 10_000)
 			st := first.Stats()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -161,7 +138,7 @@ func TestNode_RestartReusesWorkerID(t *testing.T) {
 				t.Fatal(err)
 			}
 			clock.Add(-c.back)
-			again := startNode(t, cfg)
+			again := snowtest.Start(t, cfg)
 			if got := again.Stats(); got.Worker != st.Worker || got.Epoch != st.Epoch+1 {
 				t.Fatalf("restarted: worker %d epoch %d, want worker %d epoch %d", got.Worker, got.Epoch, st.Worker, st.Epoch+1)
 			}
@@ -191,12 +168,12 @@ func TestStart_InvalidConfig(t *testing.T) {
 		name string
 		cfg  snowflake.Config
 	}{
-		{"no store", snowflake.Config{Layout: twoWorkers()}},
+		{"no store", snowflake.Config{Layout: snowtest.TwoWorkers}},
 		{"invalid layout", snowflake.Config{Layout: snowflake.Layout{TimeBits: 41, WorkerBits: 10, SequenceBits: 13}, Store: store}},
-		{"holder too long", snowflake.Config{Layout: twoWorkers(), Store: store, Holder: string(long)}},
-		{"ttl under 4 margins", snowflake.Config{Layout: twoWorkers(), Store: store, TTL: 3 * time.Second, Margin: time.Second}},
-		{"margin under 1ms", snowflake.Config{Layout: twoWorkers(), Store: store, Margin: time.Microsecond}},
-		{"renewal too rare", snowflake.Config{Layout: twoWorkers(), Store: store, TTL: 10 * time.Second, Margin: time.Second, RenewEvery: 5 * time.Second}},
+		{"holder too long", snowflake.Config{Layout: snowtest.TwoWorkers, Store: store, Holder: string(long)}},
+		{"ttl under 4 margins", snowflake.Config{Layout: snowtest.TwoWorkers, Store: store, TTL: 3 * time.Second, Margin: time.Second}},
+		{"margin under 1ms", snowflake.Config{Layout: snowtest.TwoWorkers, Store: store, Margin: time.Microsecond}},
+		{"renewal too rare", snowflake.Config{Layout: snowtest.TwoWorkers, Store: store, TTL: 10 * time.Second, Margin: time.Second, RenewEvery: 5 * time.Second}},
 		{"layout's time used up", snowflake.Config{Layout: usedUp, Store: lease.NewMemory(nil)}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -208,8 +185,8 @@ func TestStart_InvalidConfig(t *testing.T) {
 		})
 	}
 	// A layout other than the store's: refused at start.
-	startNode(t, snowflake.Config{Layout: twoWorkers(), Store: store, Holder: "a"})
-	other := twoWorkers()
+	snowtest.Start(t, snowflake.Config{Layout: snowtest.TwoWorkers, Store: store, Holder: "a"})
+	other := snowtest.TwoWorkers
 	other.Epoch = other.Epoch.Add(time.Hour)
 	if _, err := snowflake.Start(context.Background(), snowflake.Config{Layout: other, Store: store, Logger: testlog.Discard()}); !errors.Is(err, snowflake.ErrLayoutMismatch) {
 		t.Fatalf("Start with another epoch = %v, want ErrLayoutMismatch", err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idmint/idmint/lease"
 	"github.com/idmint/idmint/snowflake"
+	"github.com/idmint/idmint/testkit/snowtest"
 )
 
 // awayLeases is a lease store whose database went away for renewals only:
@@ -58,7 +59,7 @@ func TestNode_RestartReleasesAfterTheLastID(t *testing.T) {
 	clock := newFakeClock(t0)
 	store := &awayLeases{Memory: lease.NewMemory(clock.Now)}
 	const ttl, margin = time.Hour, time.Second
-	n := startNode(t, snowflake.Config{Layout: twoWorkers(), Store: store, Holder: "a", Clock: clock,
+	n := snowtest.Start(t, snowflake.Config{Layout: snowtest.TwoWorkers, Store: store, Holder: "a", Clock: clock,
 		TTL: ttl, Margin: margin, RenewEvery: 5 * time.Millisecond})
 	if _, err := n.Next(t.Context()); err != nil {
 		t.Fatal(err)
@@ -95,7 +96,7 @@ func TestNode_RestartReleasesAfterTheLastID(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	for _, id := range late {
-		p, err := twoWorkers().Parse(id)
+		p, err := snowtest.TwoWorkers.Parse(id)
 		if err != nil {
 			t.Fatal(err)
 		}

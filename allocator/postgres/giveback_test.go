@@ -14,6 +14,7 @@ import (
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/postgres"
+	"github.com/idmint/idmint/testkit/pgstore"
 	"github.com/idmint/idmint/testkit/storetest"
 )
 
@@ -54,7 +55,7 @@ FROM generate_series($3::bigint, $4::bigint - 1) AS i`, tag, maxID, have, rows);
 // it: the give-backs run under the tag's row lock, and a scan of a long
 // log there holds every grant of the tag.
 func TestPostgres_SegmentLogPlans(t *testing.T) {
-	store, _ := openPostgres(t)
+	store, _ := pgstore.New(t)
 	const tag, rows = "order", 200_000
 	createTag(t, store, allocator.TagSpec{Name: tag, Step: 10})
 	createTag(t, store, allocator.TagSpec{Name: "user", Step: 10})
@@ -173,7 +174,7 @@ func explain(t *testing.T, store *postgres.Store, sql string, args []any, generi
 // a log large enough to make a scan the generic plan's choice.
 func TestPostgres_GiveBacksScanNoTable(t *testing.T) {
 	ctx := t.Context()
-	_, dbURL := openPostgres(t)
+	_, dbURL := pgstore.New(t)
 	u, err := url.Parse(dbURL)
 	if err != nil {
 		t.Fatal(err)
@@ -181,7 +182,7 @@ func TestPostgres_GiveBacksScanNoTable(t *testing.T) {
 	q := u.Query()
 	q.Set("pool_max_conns", "1")
 	u.RawQuery = q.Encode()
-	store := connect(t, u.String())
+	store := pgstore.Open(t, u.String())
 	var version int
 	if err := store.Pool().QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
 		t.Fatal(err)
@@ -257,7 +258,7 @@ func TestPostgres_GiveBacksScanNoTable(t *testing.T) {
 // e.g. go test -run '^$' -bench GiveBack -benchtime 200x ./allocator/postgres/
 // (IDMINT_BENCH_LOG_ROWS=0,100000 for other sizes).
 func BenchmarkPostgres_GiveBack(b *testing.B) {
-	store, _ := openPostgres(b)
+	store, _ := pgstore.New(b)
 	const tag = "order"
 	createTag(b, store, allocator.TagSpec{Name: tag, Step: 10})
 	storetest.BenchGiveBack(b, store, tag, func(b *testing.B, have, rows int64) time.Duration {
@@ -272,7 +273,7 @@ func BenchmarkPostgres_GiveBack(b *testing.B) {
 // thousands of such rows, and the rows they read of the log are counted:
 // a handful, not one per row given back before.
 func TestPostgres_GiveBackReadsOnlyKeptRows(t *testing.T) {
-	store, _ := openPostgres(t)
+	store, _ := pgstore.New(t)
 	ctx := t.Context()
 	const tag, given = "order", 5000
 	createTag(t, store, allocator.TagSpec{Name: tag, Step: 10})

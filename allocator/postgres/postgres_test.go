@@ -17,34 +17,12 @@ import (
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/migrations"
+	"github.com/idmint/idmint/testkit/pgstore"
 	"github.com/idmint/idmint/testkit/pgtest"
 	"github.com/idmint/idmint/testkit/storetest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Main(m)) }
-
-// openPostgres returns a store on a fresh, migrated database, and its URL.
-func openPostgres(tb testing.TB) (*postgres.Store, string) {
-	tb.Helper()
-	url := pgtest.Shared(tb).NewDatabase(tb)
-	store := connect(tb, url)
-	db := stdlib.OpenDBFromPool(store.Pool())
-	defer db.Close()
-	if _, err := migrations.Up(context.Background(), db, migrations.PostgreSQL, nil); err != nil {
-		tb.Fatal(err)
-	}
-	return store, url
-}
-
-func connect(tb testing.TB, url string) *postgres.Store {
-	tb.Helper()
-	store, err := postgres.Open(context.Background(), url)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(store.Close)
-	return store
-}
 
 func createTag(tb testing.TB, store *postgres.Store, spec allocator.TagSpec) {
 	tb.Helper()
@@ -116,7 +94,7 @@ func TestMigrations(t *testing.T) {
 // database per subtest.
 func TestPostgres_Contract(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) storetest.Store {
-		store, _ := openPostgres(t)
+		store, _ := pgstore.New(t)
 		return restorablePG{store, t}
 	})
 }
@@ -137,7 +115,7 @@ func (r restorablePG) SetMaxID(name string, maxID int64) {
 // allocation hangs, sends a retry with the same request ID, then releases
 // the lock: exactly one range is granted for the request.
 func TestPostgres_RetryWhileInFlight(t *testing.T) {
-	store, _ := openPostgres(t)
+	store, _ := pgstore.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	createTag(t, store, allocator.TagSpec{Name: "order", Step: 10})
@@ -221,13 +199,13 @@ func TestPostgres_RetryWhileInFlight(t *testing.T) {
 // every goroutine's IDs strictly increasing.
 func TestPostgres_Uniqueness(t *testing.T) {
 	const instances, goroutines, perGoroutine = 4, 16, 3200 // 204,800 IDs
-	store, url := openPostgres(t)
+	store, url := pgstore.New(t)
 	createTag(t, store, allocator.TagSpec{Name: "order", Step: 10, MaxStep: 10})
 
 	allocators := make([]*allocator.Allocator, instances)
 	for i := range allocators {
 		// Each instance has its own pool, as separate processes would.
-		allocators[i] = storetest.NewAllocator(t, connect(t, url), func(c *allocator.Config) { c.Instance = fmt.Sprint("instance-", i) })
+		allocators[i] = storetest.NewAllocator(t, pgstore.Open(t, url), func(c *allocator.Config) { c.Instance = fmt.Sprint("instance-", i) })
 	}
 	n := storetest.Hammer(t, allocators, "order", goroutines, perGoroutine)
 	var segments int64
@@ -244,7 +222,7 @@ func TestPostgres_Uniqueness(t *testing.T) {
 // the allocation's own transaction.
 func TestNewPostgres_SynchronousCommit(t *testing.T) {
 	ctx := context.Background()
-	_, url := openPostgres(t)
+	_, url := pgstore.New(t)
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
@@ -286,7 +264,7 @@ CREATE TRIGGER record_synchronous_commit AFTER INSERT ON idmint_segments
 // TestPostgres_AuditGiveBacks: the segment log explains every ID once
 // give-backs are accounted.
 func TestPostgres_AuditGiveBacks(t *testing.T) {
-	store, _ := openPostgres(t)
+	store, _ := pgstore.New(t)
 	storetest.Audit(t, store, func(sql string, one bool) int64 {
 		rows, err := store.Pool().Query(context.Background(), sql)
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/region"
+	"github.com/idmint/idmint/testkit/pgstore"
 	"github.com/idmint/idmint/testkit/regiontest"
 	"github.com/idmint/idmint/testkit/testutil"
 )
@@ -17,7 +18,7 @@ import (
 // TestPostgres_Regions: the region contract on PostgreSQL databases, one
 // per region.
 func TestPostgres_Regions(t *testing.T) {
-	regiontest.Run(t, func(t *testing.T) regiontest.Store { s, _ := openPostgres(t); return s })
+	regiontest.Run(t, func(t *testing.T) regiontest.Store { s, _ := pgstore.New(t); return s })
 }
 
 // TestPostgres_FenceWaitsForGrants: a fence waits for the grant in
@@ -28,7 +29,7 @@ func TestPostgres_Regions(t *testing.T) {
 // split would then give to another region too.
 func TestPostgres_FenceWaitsForGrants(t *testing.T) {
 	ctx := t.Context()
-	store, url := openPostgres(t)
+	store, url := pgstore.New(t)
 	if _, err := store.CreateTag(ctx, allocator.TagSpec{Name: "order", Step: 10, MaxStep: 100}); err != nil {
 		t.Fatal(err)
 	}

@@ -11,12 +11,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/postgres"
-	"github.com/idmint/idmint/migrations"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/testkit/pgstore"
 	"github.com/idmint/idmint/testkit/pgtest"
 	"github.com/idmint/idmint/testkit/storetest"
 	"github.com/idmint/idmint/testkit/testutil"
@@ -55,19 +54,15 @@ func replicated(t *testing.T, opts pgtest.ReplicationOptions) (*pgtest.Replicati
 	t.Helper()
 	r := pgtest.NewReplication(t, opts)
 	db := r.NewDatabase(t)
-	admin := connect(t, r.URL(db))
-	sqlDB := stdlib.OpenDBFromPool(admin.Pool())
-	defer sqlDB.Close()
-	if _, err := migrations.Up(context.Background(), sqlDB, migrations.PostgreSQL, nil); err != nil {
-		t.Fatal(err)
-	}
+	pgstore.Migrate(t, r.URL(db))
+	admin := pgstore.Open(t, r.URL(db))
 	createTag(t, admin, allocator.TagSpec{Name: "order", Step: 10, MaxStep: 10})
 	return r, db
 }
 
 func withReplicas(t *testing.T, dbURL string, required postgres.Replicas) *postgres.Store {
 	t.Helper()
-	store := connect(t, dbURL)
+	store := pgstore.Open(t, dbURL)
 	store.SetReplication(postgres.ReplicationConfig{Required: required, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	return store
 }
@@ -346,12 +341,8 @@ func BenchmarkPostgres_AllocateReplicated(b *testing.B) {
 		b.Run(bb.name, func(b *testing.B) {
 			r := pgtest.NewReplication(b, pgtest.ReplicationOptions{Synchronous: bb.sync})
 			db := r.NewDatabase(b)
-			store := connect(b, r.URL(db))
-			sqlDB := stdlib.OpenDBFromPool(store.Pool())
-			if _, err := migrations.Up(context.Background(), sqlDB, migrations.PostgreSQL, nil); err != nil {
-				b.Fatal(err)
-			}
-			sqlDB.Close()
+			pgstore.Migrate(b, r.URL(db))
+			store := pgstore.Open(b, r.URL(db))
 			createTag(b, store, allocator.TagSpec{Name: "order", Step: 10})
 			bb.cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 			store.SetReplication(bb.cfg)
@@ -394,7 +385,7 @@ func TestPostgres_StandbyRecord(t *testing.T) {
 
 	t.Run("refused by the database", func(t *testing.T) {
 		r, db := replicated(t, pgtest.ReplicationOptions{})
-		owner := connect(t, r.PrimaryURL(db))
+		owner := pgstore.Open(t, r.PrimaryURL(db))
 		if _, err := owner.Pool().Exec(ctx, `CREATE ROLE idmint_app LOGIN PASSWORD 'app' IN ROLE pg_monitor;
 GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO idmint_app;
 REVOKE INSERT ON idmint_standbys FROM idmint_app`); err != nil {

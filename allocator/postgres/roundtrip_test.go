@@ -6,11 +6,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/postgres"
-	"github.com/idmint/idmint/migrations"
+	"github.com/idmint/idmint/testkit/pgstore"
 	"github.com/idmint/idmint/testkit/pgtest"
 	"github.com/idmint/idmint/testkit/testutil"
 )
@@ -23,7 +22,7 @@ import (
 // every exchange of the test falls in one window.
 func TestPostgres_RoundTripIsTheNetworks(t *testing.T) {
 	ctx := context.Background()
-	url := pgtest.Shared(t).NewDatabase(t)
+	url := pgstore.NewDatabase(t, pgtest.Shared(t))
 	clock := time.Unix(1_700_000_000, 0)
 	rt := allocator.NewRoundTripClock(0, 0, func() time.Time { return clock })
 	store, err := postgres.OpenMeasured(ctx, url, rt)
@@ -31,11 +30,6 @@ func TestPostgres_RoundTripIsTheNetworks(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(store.Close)
-	db := stdlib.OpenDBFromPool(store.Pool())
-	if _, err := migrations.Up(ctx, db, migrations.PostgreSQL, nil); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
 	createTag(t, store, allocator.TagSpec{Name: "order", Step: 10})
 	for range 3 {
 		if err := store.Ping(ctx); err != nil {

@@ -6,16 +6,12 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/idmint/idmint/testkit/pgstore"
 	"github.com/idmint/idmint/testkit/testlog"
 
-	"github.com/jackc/pgx/v5/stdlib"
-
 	"github.com/idmint/idmint/allocator"
-	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/client"
 	"github.com/idmint/idmint/httpapi"
-	"github.com/idmint/idmint/migrations"
-	"github.com/idmint/idmint/testkit/pgtest"
 )
 
 // BenchmarkClient_Next measures Client.Next on a warm tag, from every
@@ -37,7 +33,7 @@ func BenchmarkClient_Next(b *testing.B) {
 	})
 	b.Run("postgres", func(b *testing.B) {
 		ctx := context.Background()
-		store := openPostgres(b)
+		store, _ := pgstore.New(b)
 		if _, err := store.CreateTag(ctx, allocator.TagSpec{Name: "order", Step: 1000, MaxStep: 10_000_000}); err != nil {
 			b.Fatal(err)
 		}
@@ -71,31 +67,6 @@ func BenchmarkClient_Next(b *testing.B) {
 
 func reportRate(b *testing.B) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/1e6, "M-ids/s")
-}
-
-// openPostgres returns a store on a fresh, migrated database.
-func openPostgres(tb testing.TB) *postgres.Store {
-	tb.Helper()
-	store, _ := newPostgres(tb)
-	return store
-}
-
-// newPostgres returns a store on a fresh, migrated database, and the
-// database's URL.
-func newPostgres(tb testing.TB) (*postgres.Store, string) {
-	tb.Helper()
-	dbURL := pgtest.Shared(tb).NewDatabase(tb)
-	store, err := postgres.Open(context.Background(), dbURL)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(store.Close)
-	db := stdlib.OpenDBFromPool(store.Pool())
-	defer db.Close()
-	if _, err := migrations.Up(context.Background(), db, migrations.PostgreSQL, nil); err != nil {
-		tb.Fatal(err)
-	}
-	return store, dbURL
 }
 
 // serve starts an instance over store and returns its URL.

@@ -21,6 +21,8 @@ import (
 	"github.com/idmint/idmint/client"
 	"github.com/idmint/idmint/internal/checker"
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/testkit/pgstore"
+	"github.com/idmint/idmint/testkit/servetest"
 	"github.com/idmint/idmint/testkit/testutil"
 )
 
@@ -32,16 +34,6 @@ const (
 	regionTag = "order"
 	bStart    = 1_000_000_000_000_000 // 10^15
 )
-
-// idmintBinary builds cmd/idmint once per test.
-func idmintBinary(tb testing.TB) string {
-	tb.Helper()
-	bin := filepath.Join(tb.TempDir(), "idmint")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/idmint/idmint/cmd/idmint").CombinedOutput(); err != nil {
-		tb.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
 
 // testRegion is one region: a database and its idmint serve processes.
 type testRegion struct {
@@ -59,7 +51,7 @@ type testRegion struct {
 // processes serving it.
 func newRegion(tb testing.TB, bin, name string, start int64, n int) *testRegion {
 	tb.Helper()
-	store, dbURL := newPostgres(tb)
+	store, dbURL := pgstore.New(tb)
 	if _, err := store.CreateTag(context.Background(), allocator.TagSpec{Name: regionTag, Step: 100, MaxStep: 100, Start: start}); err != nil {
 		tb.Fatal(err)
 	}
@@ -312,7 +304,7 @@ func TestClient_RegionsFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs idmint processes")
 	}
-	bin := idmintBinary(t)
+	bin := servetest.Build(t)
 	a := newRegion(t, bin, "a", 1, 2)
 	b := newRegion(t, bin, "b", bStart+1, 1)
 	c := regionsClient(t, a.urls(), b.urls())
@@ -367,7 +359,7 @@ func TestClient_RegionsLostReply(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs idmint processes")
 	}
-	bin := idmintBinary(t)
+	bin := servetest.Build(t)
 	a := newRegion(t, bin, "a", 1, 1)
 	b := newRegion(t, bin, "b", bStart+1, 1)
 	target, err := url.Parse(a.urls()[0])
@@ -439,7 +431,7 @@ func TestClient_RegionsGiveBack(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs idmint processes")
 	}
-	bin := idmintBinary(t)
+	bin := servetest.Build(t)
 	a := newRegion(t, bin, "a", 1, 1)
 	b := newRegion(t, bin, "b", bStart+1, 1)
 	// A second tag, served once from home: its range is in home's buffer

@@ -19,6 +19,7 @@ import (
 	"github.com/idmint/idmint/client"
 	"github.com/idmint/idmint/segment"
 	"github.com/idmint/idmint/testkit/otlptest"
+	"github.com/idmint/idmint/testkit/servetest"
 	"github.com/idmint/idmint/testkit/testutil"
 )
 
@@ -34,10 +35,7 @@ func TestClient_TraceContext(t *testing.T) {
 		t.Skip("builds and runs idmint serve")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "idmint")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/idmint/idmint/cmd/idmint").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := servetest.Build(t)
 	db := "sqlite://" + filepath.Join(dir, "ids.db")
 	if out, err := exec.Command(bin, "tag", "create", "order", "--step", "10", "--max-step", "10", "--database-url", db).CombinedOutput(); err != nil {
 		t.Fatalf("tag create: %v\n%s", err, out)

@@ -2,11 +2,11 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"math"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -21,8 +21,10 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idmint/idmint/deploy/ha"
+	"github.com/idmint/idmint/testkit/drill"
 	"github.com/idmint/idmint/testkit/hacluster"
 	"github.com/idmint/idmint/testkit/pgtest"
+	"github.com/idmint/idmint/testkit/servetest"
 	"github.com/idmint/idmint/testkit/testutil"
 )
 
@@ -34,7 +36,7 @@ const (
 	haClients = 4
 	haTag     = "order"
 	haStep    = "50" // step = max_step: a grant every 50 IDs
-	// haRealisticRunway is DRILL_TAGS=realistic's tag runway: several times
+	// haRealisticRunway is -drill.tags=realistic's tag runway: several times
 	// the 10–11 s a failover takes, as a tag's runway should be in
 	// production. The tag keeps the default step and a max_step far above
 	// what the runway needs at the drill's load (a few thousand IDs a second
@@ -51,7 +53,7 @@ const (
 // haResult is one run of the failover drill.
 type haResult struct {
 	mode            string
-	tags            string // DRILL_TAGS: tiny (a grant every 50 IDs) or realistic
+	tags            string // -drill.tags: tiny (a grant every 50 IDs) or realistic
 	replica         string // what happened to the replica before the crash: stall or disconnect
 	control         bool   // a negative control: the wait off, duplicates expected
 	run             int
@@ -78,9 +80,9 @@ type haResult struct {
 // from deploy/ha's files, two idmint processes with deploy/ha's idmint.env
 // on the multi-host URL (target_session_attrs=read-write) of a tag with
 // step = max_step = 50, under load from the drill's clients. Then the
-// replica falls behind, one of two ways (DRILL_REPLICA):
+// replica falls behind, one of two ways (-drill.replica):
 //
-//   - disconnect (the default): the replica is cut off for DRILL_DOWN
+//   - disconnect (the default): the replica is cut off for -drill.down
 //     (default 3s) while grants go on: its Patroni frozen, its PostgreSQL
 //     killed. In asynchronous mode the leader is crashed while the replica
 //     is still away, then the replica comes back and Patroni promotes it
@@ -89,7 +91,7 @@ type haResult struct {
 //     from the synchronous set while it is away and would never promote it,
 //     so it comes back first, and the leader is crashed once it is the
 //     synchronous standby again.
-//   - stall: the leader's WAL senders are frozen for DRILL_LAG (default
+//   - stall: the leader's WAL senders are frozen for -drill.lag (default
 //     500ms; the replica stays connected and receives nothing), then the
 //     leader is crashed.
 //
@@ -101,73 +103,73 @@ type haResult struct {
 // instance that served it (a grant lost in the failover is a duplicate
 // waiting to happen), and max_id is at or above the highest ID.
 //
-// DRILL_EXPECT=duplicates turns the runs into negative controls: each passes
-// only if the checker found duplicates (run it with DRILL_MODES=async and
-// DRILL_SERVE_ARGS='--replicas-required off' to show that the drill catches
+// -drill.expect=duplicates turns the runs into negative controls: each passes
+// only if the checker found duplicates (run it with -drill.modes=async and
+// -drill.serve-args='--replicas-required off' to show that the drill catches
 // what idmint's standby wait prevents). In a control the first two
 // instances die with the leader and start again after the promotion, so
 // that no instance's floor repairs max_id past the lost grants: otherwise
 // whether they come out twice depends on which instance fetches first, and
-// the control would pass or fail by chance. DRILL_CONTROL=1 (make drill-ha's
+// the control would pass or fail by chance. -drill.control=1 (make drill-ha's
 // default) adds one such run after the others.
 //
-// DRILL_TAGS (default tiny; make drill-ha runs "tiny realistic") picks the
+// -drill.tags (default tiny; make drill-ha runs "tiny realistic") picks the
 // tag of the runs: tiny is the above; realistic has a tag runway over the
 // failover time (haRealisticRunway) with the default step, so that the
 // ranges grow from the measured rate until the buffers outlast the
 // failover; the leader crashes once every buffer holds the runway, and a
 // run fails on any 503 or unanswered request as well; its runs use the modes
-// of DRILL_REALISTIC_MODES (default DRILL_MODES).
+// of -drill.realistic-modes (default -drill.modes).
 //
-// It runs with IDMINT_DRILL_HA=1; DRILL_MODES (default "sync async": Patroni's
-// synchronous_mode on or off), DRILL_REPLICA (default disconnect; a list runs
-// each), DRILL_RUNS (runs per mode and variant, default 1), DRILL_DOWN,
-// DRILL_LAG, DRILL_EXPECT, DRILL_CONTROL and DRILL_SERVE_ARGS (more serve flags) shape
-// it. Each run prints one line starting "drill-ha:" with its figures.
+// It runs with -drill.ha; -drill.modes (default "sync async": Patroni's
+// synchronous_mode on or off), -drill.replica (default disconnect; a list runs
+// each), -drill.runs (runs per mode and variant, default 1), -drill.down,
+// -drill.lag, -drill.expect, -drill.control and -drill.serve-args (more serve flags) shape
+// it. Each run writes a drill report (testkit/drill) with its figures.
 func TestDrillHA(t *testing.T) {
-	if os.Getenv("IDMINT_DRILL_HA") == "" {
-		pgtest.SkipOptional(t, "set IDMINT_DRILL_HA=1 to run the failover drill (make drill-ha; needs patroni, etcd and the PostgreSQL server binaries)")
+	if !*drillHAOn {
+		pgtest.SkipOptional(t, "pass -drill.ha to run the failover drill (make drill-ha; needs patroni, etcd and the PostgreSQL server binaries)")
 	}
-	modes := envList("DRILL_MODES", "sync async")
-	tagSets := envList("DRILL_TAGS", "tiny")
-	for _, m := range envList("DRILL_REALISTIC_MODES", "async") {
+	modes := drillList("modes", "sync async")
+	tagSets := drillList("tags", "tiny")
+	for _, m := range drillList("realistic-modes", "async") {
 		if m != "sync" && m != "async" {
-			t.Fatalf("DRILL_REALISTIC_MODES: unknown mode %q, want sync or async", m)
+			t.Fatalf("-drill.realistic-modes: unknown mode %q, want sync or async", m)
 		}
 	}
 	for _, ts := range tagSets {
 		if ts != "tiny" && ts != "realistic" {
-			t.Fatalf("DRILL_TAGS: unknown %q, want tiny or realistic", ts)
+			t.Fatalf("-drill.tags: unknown %q, want tiny or realistic", ts)
 		}
 	}
-	variants := envList("DRILL_REPLICA", "disconnect")
-	runs, err := strconv.Atoi(envOr("DRILL_RUNS", "1"))
+	variants := drillList("replica", "disconnect")
+	runs, err := strconv.Atoi(drillOpt("runs", "1"))
 	if err != nil || runs < 1 {
-		t.Fatalf("DRILL_RUNS=%q: want a positive whole number", os.Getenv("DRILL_RUNS"))
+		t.Fatalf("-drill.runs=%q: want a positive whole number", drillOpt("runs", ""))
 	}
 	for _, m := range modes {
 		if m != "sync" && m != "async" {
-			t.Fatalf("DRILL_MODES: unknown mode %q, want sync or async", m)
+			t.Fatalf("-drill.modes: unknown mode %q, want sync or async", m)
 		}
 	}
 	for _, v := range variants {
 		if v != "stall" && v != "disconnect" {
-			t.Fatalf("DRILL_REPLICA: unknown variant %q, want stall or disconnect", v)
+			t.Fatalf("-drill.replica: unknown variant %q, want stall or disconnect", v)
 		}
 	}
-	cfg := haConfig{serveArgs: strings.Fields(os.Getenv("DRILL_SERVE_ARGS"))}
-	if cfg.lag, err = time.ParseDuration(envOr("DRILL_LAG", "500ms")); err != nil || cfg.lag < 0 {
-		t.Fatalf("DRILL_LAG=%q: want a duration such as 500ms or 0", os.Getenv("DRILL_LAG"))
+	cfg := haConfig{serveArgs: strings.Fields(drillOpt("serve-args", ""))}
+	if cfg.lag, err = time.ParseDuration(drillOpt("lag", "500ms")); err != nil || cfg.lag < 0 {
+		t.Fatalf("-drill.lag=%q: want a duration such as 500ms or 0", drillOpt("lag", ""))
 	}
-	if cfg.down, err = time.ParseDuration(envOr("DRILL_DOWN", "3s")); err != nil || cfg.down <= 0 {
-		t.Fatalf("DRILL_DOWN=%q: want a positive duration such as 3s", os.Getenv("DRILL_DOWN"))
+	if cfg.down, err = time.ParseDuration(drillOpt("down", "3s")); err != nil || cfg.down <= 0 {
+		t.Fatalf("-drill.down=%q: want a positive duration such as 3s", drillOpt("down", ""))
 	}
-	switch expect := os.Getenv("DRILL_EXPECT"); expect {
+	switch expect := drillOpt("expect", ""); expect {
 	case "":
 	case "duplicates":
 		cfg.expectDuplicates, cfg.restart = true, true
 	default:
-		t.Fatalf("DRILL_EXPECT=%q: want duplicates (a negative control) or nothing", expect)
+		t.Fatalf("-drill.expect=%q: want duplicates (a negative control) or nothing", expect)
 	}
 	// The deployment's idmint settings, as flags: the drill's instances run
 	// as deploy/ha's do, then with the drill's own flags.
@@ -175,10 +177,7 @@ func TestDrillHA(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	bin := filepath.Join(t.TempDir(), "idmint")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := servetest.Build(t)
 	// Ctrl-C ends the run under way through its cleanups, which stop the
 	// cluster, instead of killing this process and leaving servers behind.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -187,14 +186,34 @@ func TestDrillHA(t *testing.T) {
 	run := func(name string, r *haResult, cfg haConfig) {
 		results = append(results, r)
 		t.Run(name, func(t *testing.T) {
-			// One line per run, for a report to quote; also after a Fatal.
+			// One report per run, also after a Fatal; its figures are
+			// set when the run ends (cleanups run last in, first out).
+			rep := drill.Start(t, "ha")
+			t.Cleanup(func() {
+				rep.Set("mode", r.mode)
+				rep.Set("tags", r.tags)
+				rep.Set("replica", r.replica)
+				rep.Set("run", r.run)
+				rep.Set("serve_args", strings.Join(cfg.serveArgs, " "))
+				rep.Set("expect", cfg.expect())
+				rep.Set("ids", r.ids)
+				rep.Set("duplicates", r.duplicates)
+				rep.Set("order_violations", r.orderViolations)
+				rep.Set("lost", r.lost)
+				rep.Set("unavailable", r.unavailable)
+				rep.Set("no_answer", r.noAnswer)
+				rep.Set("no_id_any_s", r.window)
+				rep.Set("no_id_max_s", r.worst)
+				rep.Set("ids_again_after_s", r.resumed)
+				rep.Set("runway_held_at_crash_s", r.runwayHeld)
+				rep.Set("peak_ids_per_s", r.peak)
+				rep.Set("step", r.step)
+				rep.Set("elapsed_s", r.elapsed)
+			})
 			defer func() {
 				if !t.Failed() {
 					r.verdict = "ok"
 				}
-				fmt.Printf("drill-ha: mode=%s tags=%s replica=%s run=%d serve=%q expect=%s ids=%d duplicates=%d lost=%d 503s=%d no-answer=%d ids-again-after=%v runway-held-at-crash=%v peak=%.0f/s step=%d verdict=%s\n",
-					r.mode, r.tags, r.replica, r.run, strings.Join(cfg.serveArgs, " "), cfg.expect(), r.ids, r.duplicates, r.lost,
-					r.unavailable, r.noAnswer, r.resumed.Round(100*time.Millisecond), r.runwayHeld.Round(100*time.Millisecond), r.peak, r.step, r.verdict)
 			}()
 			drillHA(ctx, t, bin, r, cfg)
 		})
@@ -204,7 +223,7 @@ func TestDrillHA(t *testing.T) {
 		tcfg.realistic = ts == "realistic"
 		tsModes := modes
 		if tcfg.realistic {
-			tsModes = envList("DRILL_REALISTIC_MODES", strings.Join(modes, " "))
+			tsModes = drillList("realistic-modes", strings.Join(modes, " "))
 		}
 		for _, mode := range tsModes {
 			for _, variant := range variants {
@@ -214,7 +233,7 @@ func TestDrillHA(t *testing.T) {
 			}
 		}
 	}
-	if os.Getenv("DRILL_CONTROL") == "1" && ctx.Err() == nil {
+	if drillOpt("control", "") == "1" && ctx.Err() == nil {
 		// The negative control: the same drill with idmint's standby wait
 		// off must hand out duplicates, or the drill has lost its teeth.
 		control := cfg
@@ -238,7 +257,7 @@ func TestDrillHA(t *testing.T) {
 			r.unavailable, r.noAnswer, r.resumed.Round(100*time.Millisecond), r.runwayHeld.Round(100*time.Millisecond),
 			r.elapsed.Round(time.Second), r.verdict)
 	}
-	if os.Getenv("DRILL_CONTROL") == "1" {
+	if drillOpt("control", "") == "1" {
 		b.WriteString("* the negative control: --replicas-required off, passes only with duplicates\n")
 	}
 	t.Log("\n" + b.String())
@@ -246,12 +265,12 @@ func TestDrillHA(t *testing.T) {
 
 // haConfig is what the environment asks of the drill's runs.
 type haConfig struct {
-	lag              time.Duration // DRILL_LAG: WAL senders frozen before the crash (stall)
-	down             time.Duration // DRILL_DOWN: the replica cut off before the crash (disconnect)
-	serveArgs        []string      // DRILL_SERVE_ARGS
+	lag              time.Duration // -drill.lag: WAL senders frozen before the crash (stall)
+	down             time.Duration // -drill.down: the replica cut off before the crash (disconnect)
+	serveArgs        []string      // -drill.serve-args
 	deployArgs       []string      // deploy/ha/idmint.env as flags
-	expectDuplicates bool          // DRILL_EXPECT=duplicates: a negative control
-	realistic        bool          // DRILL_TAGS=realistic: a tag runway over the failover, 0 errors required
+	expectDuplicates bool          // -drill.expect=duplicates: a negative control
+	realistic        bool          // -drill.tags=realistic: a tag runway over the failover, 0 errors required
 	restart          bool          // the first instances killed with the leader, started after the promotion
 }
 
@@ -356,22 +375,21 @@ func drillHA(ctx context.Context, t *testing.T, bin string, r *haResult, cfg haC
 	idmint(t, append([]string{"tag", "create", haTag, "--database-url", url}, tagArgs...)...)
 
 	dir := t.TempDir()
-	var procs []*process
-	startInstance := func() *process {
+	var procs []*servetest.Process
+	startInstance := func() *servetest.Process {
 		i := len(procs)
-		p := &process{bin: bin, url: url, addr: testutil.FreeAddr(t), instance: fmt.Sprint("i", i),
-			logPath: filepath.Join(dir, fmt.Sprint("i", i, ".log")),
+		p := &servetest.Process{Bin: bin, DatabaseURL: url, Instance: fmt.Sprint("i", i),
+			LogPath: filepath.Join(dir, fmt.Sprint("i", i, ".log")),
 			// The deployment's settings, then the drill's own flags.
-			args: append(slices.Clone(cfg.deployArgs), cfg.serveArgs...)}
-		p.start(t)
+			Args: serveArgs(append(slices.Clone(cfg.deployArgs), cfg.serveArgs...)...)}
+		p.Start(t)
 		procs = append(procs, p)
 		return p
 	}
 	defer func() {
 		if t.Failed() {
 			for _, p := range procs {
-				logs, _ := os.ReadFile(p.logPath)
-				t.Logf("%s's log ends:\n%s", p.instance, tail(logs, 3000))
+				t.Logf("%s's log ends:\n%s", p.Instance, p.LogTail(3000))
 			}
 		}
 	}()
@@ -383,9 +401,9 @@ func drillHA(ctx context.Context, t *testing.T, bin string, r *haResult, cfg haC
 	var stopOnce sync.Once
 	stop := func() { stopOnce.Do(func() { stopLoad(); d.wait() }) }
 	defer stop()
-	drive := func(p *process) {
+	drive := func(p *servetest.Process) {
 		for i := range haClients {
-			d.client(load, fmt.Sprintf("%s-c%d", p.instance, i), "http://"+p.addr, haTag)
+			d.client(load, fmt.Sprintf("%s-c%d", p.Instance, i), "http://"+p.Addr, haTag)
 		}
 	}
 	drive(startInstance())
@@ -446,7 +464,7 @@ func drillHA(ctx context.Context, t *testing.T, bin string, r *haResult, cfg haC
 		// running instance remembers (by its floor) the grants lost with
 		// it, so the promoted server grants them again at once.
 		for _, p := range procs {
-			p.stop(t, syscall.SIGKILL)
+			p.Stop(t, syscall.SIGKILL)
 		}
 	}
 	promoted, err := c.WaitLeader(ctx, leader)
@@ -458,7 +476,7 @@ func drillHA(ctx context.Context, t *testing.T, bin string, r *haResult, cfg haC
 		crashed.Sub(d.begin).Round(time.Millisecond), promoted, promotedAt.Sub(crashed).Round(time.Millisecond))
 	if cfg.restart {
 		for _, p := range procs {
-			p.start(t)
+			p.Start(t)
 		}
 	}
 	drive(startInstance())
@@ -470,7 +488,7 @@ func drillHA(ctx context.Context, t *testing.T, bin string, r *haResult, cfg haC
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		for _, p := range procs {
-			if !d.targets["http://"+p.addr].lastOK.After(promotedAt) {
+			if !d.targets["http://"+p.Addr].lastOK.After(promotedAt) {
 				return false
 			}
 		}
@@ -479,7 +497,7 @@ func drillHA(ctx context.Context, t *testing.T, bin string, r *haResult, cfg haC
 	waitUntil(ctx, 30*time.Second, served)
 	stop()
 	for _, p := range procs {
-		p.stop(t, syscall.SIGTERM)
+		p.Stop(t, syscall.SIGTERM)
 	}
 	r.resumed = flow.resumedAfter(crashed)
 	checkHA(t, c, d, procs, promotedAt, r, cfg.expectDuplicates)
@@ -501,7 +519,7 @@ type runwayState struct {
 }
 
 // runwayOf reads p's runway for haTag.
-func runwayOf(tb testing.TB, p *process) runwayState {
+func runwayOf(tb testing.TB, p *servetest.Process) runwayState {
 	tb.Helper()
 	var h struct {
 		Tags []struct {
@@ -514,8 +532,8 @@ func runwayOf(tb testing.TB, p *process) runwayState {
 			Step   int64    `json:"step"`
 		} `json:"tags"`
 	}
-	testutil.GetJSON(tb, "http://"+p.addr+"/id/health", &h)
-	st := runwayState{Instance: p.instance}
+	testutil.GetJSON(tb, "http://"+p.Addr+"/id/health", &h)
+	st := runwayState{Instance: p.Instance}
 	for _, tg := range h.Tags {
 		if tg.Tag == haTag && tg.Held != nil {
 			st.Runway, st.Held, st.Met, st.Peak, st.Step, st.Short = tg.Runway, *tg.Held, tg.Met, tg.Peak, tg.Step, tg.Short
@@ -580,12 +598,12 @@ func breakReplica(ctx context.Context, t *testing.T, c *hacluster.Cluster, leade
 //
 // With expectDuplicates (a negative control) the run must show duplicates,
 // and what follows from them (lost grants, max_id too low) is only logged.
-func checkHA(t *testing.T, c *hacluster.Cluster, d *drillRun, procs []*process, promotedAt time.Time, r *haResult, expectDuplicates bool) {
+func checkHA(t *testing.T, c *hacluster.Cluster, d *drillRun, procs []*servetest.Process, promotedAt time.Time, r *haResult, expectDuplicates bool) {
 	var violations []string
 	defer func() {
 		switch {
 		case expectDuplicates && r.duplicates == 0:
-			t.Errorf("negative control: no duplicate among %d IDs, though the drill was set up to produce them (DRILL_EXPECT=duplicates)", r.ids)
+			t.Errorf("negative control: no duplicate among %d IDs, though the drill was set up to produce them (-drill.expect=duplicates)", r.ids)
 		case expectDuplicates:
 			t.Logf("negative control: as expected, %s", strings.Join(violations, "; "))
 		default:
@@ -607,7 +625,7 @@ func checkHA(t *testing.T, c *hacluster.Cluster, d *drillRun, procs []*process, 
 	servedBy := map[int64][]string{} // every acknowledged ID → the instances that served it
 	var highest int64
 	for i, p := range procs {
-		tl := d.targets["http://"+p.addr]
+		tl := d.targets["http://"+p.Addr]
 		if i < 2 {
 			r.worst = max(r.worst, tl.outageAt(end).duration())
 		}
@@ -620,10 +638,10 @@ func checkHA(t *testing.T, c *hacluster.Cluster, d *drillRun, procs []*process, 
 			}
 		}
 		if !tl.lastOK.After(promotedAt) {
-			t.Errorf("%s served no ID after the promotion", p.instance)
+			t.Errorf("%s served no ID after the promotion", p.Instance)
 		}
 		for _, id := range tl.ids {
-			servedBy[id] = append(servedBy[id], p.instance)
+			servedBy[id] = append(servedBy[id], p.Instance)
 			highest = max(highest, id)
 		}
 	}
@@ -685,7 +703,7 @@ func checkHA(t *testing.T, c *hacluster.Cluster, d *drillRun, procs []*process, 
 		}
 	}
 	if r.lost > 0 {
-		violations = append(violations, fmt.Sprintf("%d acknowledged IDs were served from grants the promoted database does not have (by instance: %v)", r.lost, lostBy))
+		violations = append(violations, fmt.Sprintf("%d acknowledged IDs were served from grants the promoted database does not have (by Instance: %v)", r.lost, lostBy))
 	}
 	if maxID < highest {
 		violations = append(violations, fmt.Sprintf("max_id %d on the promoted database is below %d, the highest ID served", maxID, highest))
@@ -723,13 +741,32 @@ func waitUntil(ctx context.Context, limit time.Duration, cond func() bool) bool 
 	return true
 }
 
-// envList splits the variable name (spaces or commas) or, if unset, def.
-func envList(name, def string) []string {
-	return strings.Fields(strings.ReplaceAll(envOr(name, def), ",", " "))
+// The drill's flags: make drill-ha passes them after -args, e.g.
+// go test -run '^TestDrillHA$' ./cmd/idmint -args -drill.ha -drill.modes=async.
+var (
+	drillHAOn = flag.Bool("drill.ha", false, "run the failover drill (TestDrillHA; needs patroni, etcd and the PostgreSQL server binaries)")
+	haFlags   = map[string]*string{
+		"modes":           flag.String("drill.modes", "", `Patroni's synchronous_mode on or off: "sync async" (the default), sync or async`),
+		"tags":            flag.String("drill.tags", "", "tiny (the default), realistic, or both"),
+		"realistic-modes": flag.String("drill.realistic-modes", "", "the modes of the realistic runs (default async)"),
+		"replica":         flag.String("drill.replica", "", "how the replica falls behind: disconnect (the default), stall, or both"),
+		"runs":            flag.String("drill.runs", "", "runs per mode and variant (default 1)"),
+		"down":            flag.String("drill.down", "", "how long the replica is cut off (disconnect; default 3s)"),
+		"lag":             flag.String("drill.lag", "", "how long replication is frozen before the crash (stall; default 500ms)"),
+		"expect":          flag.String("drill.expect", "", "duplicates: every run a negative control"),
+		"control":         flag.String("drill.control", "", "1: a negative control run after the others"),
+		"serve-args":      flag.String("drill.serve-args", "", "more idmint serve flags"),
+	}
+)
+
+// drillList splits the drill flag name (spaces or commas) or, if empty, def.
+func drillList(name, def string) []string {
+	return strings.Fields(strings.ReplaceAll(drillOpt(name, def), ",", " "))
 }
 
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
+// drillOpt is the drill flag name, or def if it is empty.
+func drillOpt(name, def string) string {
+	if v := *haFlags[name]; v != "" {
 		return v
 	}
 	return def

@@ -25,7 +25,7 @@ import (
 	idmintv1 "github.com/idmint/idmint/rpcapi/gen/idmint/v1"
 	"github.com/idmint/idmint/rpcapi/gen/idmint/v1/idmintv1connect"
 	"github.com/idmint/idmint/testkit/pgtest"
-	"github.com/idmint/idmint/testkit/testutil"
+	"github.com/idmint/idmint/testkit/servetest"
 )
 
 // The gRPC tests call real `idmint serve` processes with real clients:
@@ -74,7 +74,7 @@ func grpcSetup(t *testing.T) (dir, bin, url string) {
 		t.Skip("real processes")
 	}
 	dir = t.TempDir()
-	bin = buildBinary(t, dir)
+	bin = servetest.Build(t)
 	url = pgtest.Shared(t).NewDatabase(t)
 	idmint(t, "migrate", "--database-url", url)
 	idmint(t, "tag", "create", "order", "--step", "50", "--database-url", url)
@@ -87,17 +87,17 @@ func grpcSetup(t *testing.T) (dir, bin, url string) {
 // the health service says serving.
 func TestServe_GRPC(t *testing.T) {
 	dir, bin, url := grpcSetup(t)
-	procs := make([]*process, 3)
+	procs := make([]*servetest.Process, 3)
 	for i := range procs {
-		procs[i] = &process{bin: bin, url: url, addr: testutil.FreeAddr(t), instance: fmt.Sprint("g", i),
-			logPath: filepath.Join(dir, fmt.Sprint("g", i, ".log"))}
-		procs[i].start(t)
+		procs[i] = &servetest.Process{Bin: bin, DatabaseURL: url, Instance: fmt.Sprint("g", i),
+			LogPath: filepath.Join(dir, fmt.Sprint("g", i, ".log")), Args: serveArgs()}
+		procs[i].Start(t)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
 	t.Run("health", func(t *testing.T) {
-		hc := healthpb.NewHealthClient(grpcConn(t, procs[0].addr))
+		hc := healthpb.NewHealthClient(grpcConn(t, procs[0].Addr))
 		for _, svc := range []string{"", idmintv1connect.IDServiceName, idmintv1connect.SegmentServiceName, idmintv1connect.SnowflakeServiceName} {
 			resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: svc})
 			if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
@@ -110,7 +110,7 @@ func TestServe_GRPC(t *testing.T) {
 	})
 
 	t.Run("snowflake", func(t *testing.T) {
-		c := idmintv1connect.NewSnowflakeServiceClient(http.DefaultClient, "http://"+procs[2].addr, connect.WithGRPC())
+		c := idmintv1connect.NewSnowflakeServiceClient(http.DefaultClient, "http://"+procs[2].Addr, connect.WithGRPC())
 		got, err := c.NextSnowflakes(ctx, connect.NewRequest(&idmintv1.NextSnowflakesRequest{Count: 3}))
 		if err != nil || len(got.Msg.GetIds()) != 3 {
 			t.Fatalf("NextSnowflakes: %v, %v; want 3 ids", got, err)
@@ -135,14 +135,14 @@ func TestServe_GRPC(t *testing.T) {
 			}
 			return string(out)
 		}
-		list := grpcurl(procs[1].addr, "list")
+		list := grpcurl(procs[1].Addr, "list")
 		for _, svc := range []string{"grpc.health.v1.Health", idmintv1connect.IDServiceName, idmintv1connect.SegmentServiceName,
 			idmintv1connect.SnowflakeServiceName, idmintv1connect.AdminServiceName} {
 			if !strings.Contains(list, svc+"\n") {
 				t.Errorf("grpcurl list lacks %s:\n%s", svc, list)
 			}
 		}
-		out := grpcurl("-d", `{"biz_tag":"order"}`, procs[1].addr, "idmint.v1.IDService/NextID")
+		out := grpcurl("-d", `{"biz_tag":"order"}`, procs[1].Addr, "idmint.v1.IDService/NextID")
 		if !strings.Contains(out, `"bizTag": "order"`) || !strings.Contains(out, `"id": "`) {
 			t.Errorf("grpcurl NextID:\n%s", out)
 		}
@@ -166,8 +166,8 @@ func TestServe_GRPC(t *testing.T) {
 			})
 		}
 		for i, p := range procs {
-			cc := grpcConn(t, p.addr)
-			base := "http://" + p.addr
+			cc := grpcConn(t, p.Addr)
+			base := "http://" + p.Addr
 			connectIDs := idmintv1connect.NewIDServiceClient(http.DefaultClient, base)
 			webIDs := idmintv1connect.NewIDServiceClient(http.DefaultClient, base, connect.WithGRPCWeb())
 			client(fmt.Sprint("grpc", i), func() ([]int64, error) {
@@ -201,7 +201,7 @@ func TestServe_GRPC(t *testing.T) {
 				return ids, nil
 			})
 			client(fmt.Sprint("http", i), func() ([]int64, error) {
-				id, _, err := fetchID(ctx, http.DefaultClient, base+"/id?biz_tag=order")
+				id, _, err := servetest.FetchID(ctx, http.DefaultClient, base+"/id?biz_tag=order")
 				return []int64{id}, err
 			})
 		}
@@ -222,10 +222,10 @@ func TestServe_GRPCRefusals(t *testing.T) {
 	dir, bin, url := grpcSetup(t)
 	idmint(t, "tag", "create", "other", "--database-url", url)
 	token := strings.TrimSpace(idmint(t, "token", "create", "--name", "app", "--scope", "ids:order", "--rate", "1", "--database-url", url))
-	p := &process{bin: bin, url: url, addr: testutil.FreeAddr(t), instance: "guarded",
-		logPath: filepath.Join(dir, "guarded.log"), args: []string{"--auth", "token"}}
-	p.start(t)
-	cc := grpcConn(t, p.addr)
+	p := &servetest.Process{Bin: bin, DatabaseURL: url, Instance: "guarded",
+		LogPath: filepath.Join(dir, "guarded.log"), Args: serveArgs("--auth", "token")}
+	p.Start(t)
+	cc := grpcConn(t, p.Addr)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	authed := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
@@ -272,7 +272,7 @@ func TestServe_GRPCRefusals(t *testing.T) {
 		})
 	}
 	t.Run("connect client without a token", func(t *testing.T) {
-		_, err := idmintv1connect.NewIDServiceClient(http.DefaultClient, "http://"+p.addr).
+		_, err := idmintv1connect.NewIDServiceClient(http.DefaultClient, "http://"+p.Addr).
 			NextID(ctx, connect.NewRequest(&idmintv1.NextIDRequest{BizTag: "order"}))
 		if connect.CodeOf(err) != connect.CodeUnauthenticated {
 			t.Fatalf("%v, want Unauthenticated", err)

@@ -27,6 +27,7 @@ import (
 	"github.com/idmint/idmint/internal/checker"
 	idmintv1 "github.com/idmint/idmint/rpcapi/gen/idmint/v1"
 	"github.com/idmint/idmint/rpcapi/gen/idmint/v1/idmintv1connect"
+	"github.com/idmint/idmint/testkit/servetest"
 	"github.com/idmint/idmint/testkit/testutil"
 )
 
@@ -52,13 +53,13 @@ func TestServe_GRPCListen(t *testing.T) {
 	app := strings.TrimSpace(idmint(t, "token", "create", "--name", "app", "--scope", "ids", "--database-url", url))
 	slow := strings.TrimSpace(idmint(t, "token", "create", "--name", "slow", "--scope", "ids:order", "--rate", "1", "--database-url", url))
 	ops := strings.TrimSpace(idmint(t, "token", "create", "--name", "ops", "--scope", "admin", "--database-url", url))
-	procs := make([]*process, 2)
+	procs := make([]*servetest.Process, 2)
 	grpcAddrs := make([]string, len(procs))
 	for i := range procs {
 		grpcAddrs[i] = testutil.FreeAddr(t)
-		procs[i] = &process{bin: bin, url: url, addr: testutil.FreeAddr(t), instance: fmt.Sprint("n", i),
-			logPath: filepath.Join(dir, fmt.Sprint("n", i, ".log")), args: []string{"--auth", "token", "--grpc-listen", grpcAddrs[i]}}
-		procs[i].start(t)
+		procs[i] = &servetest.Process{Bin: bin, DatabaseURL: url, Instance: fmt.Sprint("n", i),
+			LogPath: filepath.Join(dir, fmt.Sprint("n", i, ".log")), Args: serveArgs("--auth", "token", "--grpc-listen", grpcAddrs[i])}
+		procs[i].Start(t)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -184,9 +185,9 @@ func TestServe_GRPCListen(t *testing.T) {
 		authed := bearerMD(ctx, app)
 		hc := &http.Client{Transport: bearerTransport{app}}
 		for i, p := range procs {
-			base := "http://" + p.addr
+			base := "http://" + p.Addr
 			listener := idmintv1.NewIDServiceClient(grpcConn(t, grpcAddrs[i]))
-			port := idmintv1.NewIDServiceClient(grpcConn(t, p.addr))
+			port := idmintv1.NewIDServiceClient(grpcConn(t, p.Addr))
 			connectIDs := idmintv1connect.NewIDServiceClient(hc, base)
 			client(fmt.Sprint("grpc-listen", i), func() ([]int64, error) {
 				resp, err := listener.NextID(authed, &idmintv1.NextIDRequest{BizTag: "order"})
@@ -208,7 +209,7 @@ func TestServe_GRPCListen(t *testing.T) {
 				return []int64{resp.Msg.GetId()}, nil
 			})
 			client(fmt.Sprint("http", i), func() ([]int64, error) {
-				id, _, err := fetchID(ctx, hc, base+"/id?biz_tag=order")
+				id, _, err := servetest.FetchID(ctx, hc, base+"/id?biz_tag=order")
 				return []int64{id}, err
 			})
 		}

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idmint/idmint/testkit/servetest"
 )
 
 // TestServe_SignalExitsZero runs serve as a real process, as a terminal's
@@ -23,10 +25,7 @@ func TestServe_SignalExitsZero(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
 	}
-	bin := filepath.Join(t.TempDir(), "idmint")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := servetest.Build(t)
 	for _, tc := range []struct {
 		name string
 		sig  syscall.Signal

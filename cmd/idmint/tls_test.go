@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/client"
+	"github.com/idmint/idmint/testkit/servetest"
 	"github.com/idmint/idmint/testkit/testutil"
 )
 
@@ -54,7 +55,7 @@ func startTLSServe(t *testing.T) *tlsServe {
 	s.ids = strings.TrimSpace(idmint(t, "token", "create", "--name", "app", "--scope", "ids"))
 	s.watch = strings.TrimSpace(idmint(t, "token", "create", "--name", "grafana", "--scope", "monitor"))
 
-	bin := buildBinary(t, dir)
+	bin := servetest.Build(t)
 	logs, err := os.Create(s.logPath)
 	if err != nil {
 		t.Fatal(err)

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/allocator"
-	"github.com/idmint/idmint/testkit/testutil"
+	"github.com/idmint/idmint/testkit/servetest"
 )
 
 // TestServe_TopOfInt64 drives a real idmint process on SQLite with tags
@@ -28,7 +28,7 @@ func TestServe_TopOfInt64(t *testing.T) {
 	}
 	const step = 10
 	dir := t.TempDir()
-	bin := buildBinary(t, dir)
+	bin := servetest.Build(t)
 	url := "sqlite://" + filepath.Join(dir, "idmint.db")
 	t.Setenv("IDMINT_DATABASE_URL", url)
 	idmint(t, "migrate")
@@ -55,9 +55,9 @@ func TestServe_TopOfInt64(t *testing.T) {
 		idmint(t, "tag", "create", tag, "--step", "10", "--max-step", "10", "--start", top)
 	}
 
-	p := &process{bin: bin, url: url, addr: testutil.FreeAddr(t), instance: "top", logPath: filepath.Join(dir, "top.log")}
-	p.start(t)
-	base := "http://" + p.addr
+	p := &servetest.Process{Bin: bin, DatabaseURL: url, Instance: "top", LogPath: filepath.Join(dir, "top.log"), Args: serveArgs()}
+	p.Start(t)
+	base := "http://" + p.Addr
 	// A handler that loops fails the test in 10 s instead of hanging it.
 	c := &http.Client{Timeout: 10 * time.Second}
 	get := func(path string) (int, []byte) {
@@ -97,8 +97,8 @@ func TestServe_TopOfInt64(t *testing.T) {
 	if status, body := get("/ids?biz_tag=order&count=3"); status != 200 || len(replyIDs(t, body)) != 3 {
 		t.Fatalf("another tag after the top: %d %s", status, body)
 	}
-	if p.cmd.ProcessState != nil {
-		t.Fatalf("the process ended: %v", p.cmd.ProcessState)
+	if p.Cmd.ProcessState != nil {
+		t.Fatalf("the process ended: %v", p.Cmd.ProcessState)
 	}
 }
 

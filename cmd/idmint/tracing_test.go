@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/idmint/idmint/testkit/otlptest"
+	"github.com/idmint/idmint/testkit/servetest"
 	"github.com/idmint/idmint/testkit/testutil"
 	"github.com/idmint/idmint/wire"
 )
@@ -66,11 +67,11 @@ func TestServe_Tracing(t *testing.T) {
 				recv = otlptest.NewGRPC(t)
 			}
 			grpcAddr := testutil.FreeAddr(t)
-			p := &process{bin: bin, url: dbURL, addr: testutil.FreeAddr(t), instance: "traced",
-				logPath: filepath.Join(dir, "traced-"+strings.ReplaceAll(protocol, "/", "_")+".log"),
-				args: []string{"--auth", "token", "--grpc-listen", grpcAddr,
-					"--snowflake-lease-ttl", "4s", "--snowflake-renew-every", "500ms"},
-				env: []string{
+			p := &servetest.Process{Bin: bin, DatabaseURL: dbURL, Instance: "traced",
+				LogPath: filepath.Join(dir, "traced-"+strings.ReplaceAll(protocol, "/", "_")+".log"),
+				Args: serveArgs("--auth", "token", "--grpc-listen", grpcAddr,
+					"--snowflake-lease-ttl", "4s", "--snowflake-renew-every", "500ms"),
+				Env: []string{
 					"OTEL_TRACES_EXPORTER=otlp",
 					"OTEL_EXPORTER_OTLP_PROTOCOL=" + protocol,
 					"OTEL_EXPORTER_OTLP_ENDPOINT=" + recv.Endpoint,
@@ -80,8 +81,8 @@ func TestServe_Tracing(t *testing.T) {
 					// Nothing is sent before the flush at exit.
 					"OTEL_BSP_SCHEDULE_DELAY=600000",
 				}}
-			p.start(t)
-			base := "http://" + p.addr
+			p.Start(t)
+			base := "http://" + p.Addr
 			key := "holder-key-" + hex.EncodeToString([]byte(t.Name()))
 			rid := uuid.Must(uuid.NewV7()).String()
 			calls := map[string]caller{}
@@ -147,9 +148,9 @@ func TestServe_Tracing(t *testing.T) {
 				testutil.GetJSON(t, base+"/id/health", &h)
 				return h.Snowflake.Renewals >= 2
 			})
-			p.stop(t, syscall.SIGTERM)
+			p.Stop(t, syscall.SIGTERM)
 			if len(recv.Spans()) == 0 {
-				logs, _ := os.ReadFile(p.logPath)
+				logs, _ := os.ReadFile(p.LogPath)
 				t.Fatalf("no span received by the end of the process (flush at exit?)\n%s", logs)
 			}
 			checkTrace(t, recv, calls, unsampled)

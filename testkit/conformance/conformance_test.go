@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -28,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idmint/idmint/testkit/pgtest"
+	"github.com/idmint/idmint/testkit/servetest"
 	"github.com/idmint/idmint/testkit/testutil"
 )
 
@@ -201,50 +201,17 @@ func notBuilt(t *testing.T, s settings, lang, why string) {
 	t.Logf("client %s left out: %s", lang, why)
 }
 
-// instance is an idmint serve process.
-type instance struct {
-	cmd  *exec.Cmd
-	name string
-	addr string
-}
-
 // startInstance starts idmint serve on a free port, with more flags in
 // extra (TLS: then it is probed with a TCP connection).
-func startInstance(t *testing.T, bin, dbURL, name string, extra ...string) *instance {
+func startInstance(t *testing.T, bin, dbURL, name string, extra ...string) *servetest.Process {
 	t.Helper()
-	logf, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
-	if err != nil {
-		t.Fatal(err)
+	in := &servetest.Process{Bin: bin, DatabaseURL: dbURL, Instance: name, Ready: "/id/live",
+		Args: append([]string{"--auth", "token", "--range-grants-per-second", "0",
+			"--prune-after", "0", "--snowflake=false", "--grpc-listen", "off"}, extra...)}
+	if len(extra) > 0 {
+		in.Ready = "tcp"
 	}
-	addr := testutil.FreeAddr(t)
-	cmd := exec.Command(bin, "serve", "--database-url", dbURL, "--listen", addr, "--instance", name,
-		"--auth", "token", "--range-grants-per-second", "0", "--log-format", "json", "--access-log=false",
-		"--prune-after", "0", "--snowflake=false", "--grpc-listen", "off")
-	cmd.Args = append(cmd.Args, extra...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		logf.Close()
-	})
-	in := &instance{cmd: cmd, name: name, addr: addr}
-	testutil.Eventually(t, 30*time.Second, name+" to listen", func() bool {
-		if len(extra) > 0 {
-			c, err := net.Dial("tcp", addr)
-			if err == nil {
-				c.Close()
-			}
-			return err == nil
-		}
-		resp, err := http.Get("http://" + addr + "/id/live")
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err == nil
-	})
+	in.Start(t)
 	return in
 }
 
@@ -440,7 +407,7 @@ type suite struct {
 	bin       string
 	dbURL     string
 	pool      *pgxpool.Pool
-	insts     []*instance
+	insts     []*servetest.Process
 	proxies   []*lossyProxy
 	proxyURLs []string // the instances through their proxies
 	direct    []string // the instances
@@ -464,12 +431,7 @@ type suite struct {
 // yet.
 func newSuite(t *testing.T, s settings, root string, progs []program) *suite {
 	su := &suite{t: t, s: s, alone: map[*run]bool{}, tokens: map[string][]string{}}
-	su.bin = filepath.Join(t.TempDir(), "idmint")
-	build := exec.Command("go", "build", "-o", su.bin, "./cmd/idmint")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	su.bin = servetest.Build(t)
 	su.dbURL = pgtest.Shared(t).NewDatabase(t)
 	db := []string{"--database-url", su.dbURL}
 	idmint(t, su.bin, append([]string{"migrate"}, db...)...)
@@ -484,12 +446,12 @@ func newSuite(t *testing.T, s settings, root string, progs []program) *suite {
 	t.Cleanup(pool.Close)
 	su.pool = pool
 
-	su.insts = []*instance{startInstance(t, su.bin, su.dbURL, "inst-0"), startInstance(t, su.bin, su.dbURL, "inst-1")}
+	su.insts = []*servetest.Process{startInstance(t, su.bin, su.dbURL, "inst-0"), startInstance(t, su.bin, su.dbURL, "inst-1")}
 	for _, in := range su.insts {
-		p := newLossyProxy(t, in.addr, 0)
+		p := newLossyProxy(t, in.Addr, 0)
 		su.proxies = append(su.proxies, p)
 		su.proxyURLs = append(su.proxyURLs, "http://"+p.addr())
-		su.direct = append(su.direct, "http://"+in.addr)
+		su.direct = append(su.direct, "http://"+in.Addr)
 	}
 	// Every run has a token of its own, so that the segment log's
 	// principal tells its ranges from every other run's.
@@ -547,14 +509,13 @@ func (su *suite) tls(ready []program) {
 	for _, p := range ready {
 		tok := su.tokens[p.lang][tokTLS]
 		r := su.newRun(p, "tls", 0, aloneCount, tok)
-		r.execute(p, []string{"https://" + in.addr}, tok, "--ca", pem("ca.pem"), "--cert", pem("client.pem"), "--key", pem("client-key.pem"))
+		r.execute(p, []string{"https://" + in.Addr}, tok, "--ca", pem("ca.pem"), "--cert", pem("client.pem"), "--key", pem("client-key.pem"))
 		if r.err != nil {
 			t.Fatalf("%s", r.failure())
 		}
 		su.alone[r] = true
 	}
-	in.cmd.Process.Signal(syscall.SIGTERM)
-	in.cmd.Wait()
+	in.Stop(t, syscall.SIGTERM)
 }
 
 // lossy runs loopsPerLang runs of every program at once, one after another
@@ -623,12 +584,9 @@ func (su *suite) lossy(ready []program) {
 		}
 	}
 	victim := su.insts[0]
-	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	victim.cmd.Wait()
+	victim.Stop(t, syscall.SIGKILL)
 	killed.Store(true)
-	t.Logf("SIGKILLed %s with these runs under way: %s", victim.name, strings.Join(caught, ", "))
+	t.Logf("SIGKILLed %s with these runs under way: %s", victim.Instance, strings.Join(caught, ", "))
 	wg.Wait()
 	stopHTTP()
 	for _, r := range su.runs {

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+
+	"github.com/idmint/idmint/testkit/servetest"
 )
 
 // TestPythonClient runs the Python client's own unittest suite
@@ -25,12 +27,7 @@ func TestPythonClient(t *testing.T) {
 		t.Skipf("the Python client's tests: %s", why)
 	}
 	root := repoRoot(t)
-	bin := filepath.Join(t.TempDir(), "idmint")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/idmint")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := servetest.Build(t)
 	cmd := exec.Command(python, "-m", "unittest", "discover", "-s", "tests", "-t", ".", "-v")
 	cmd.Dir = filepath.Join(root, "clients", "python")
 	cmd.Env = append(os.Environ(), "IDMINT_BIN="+bin, "PYTHONDONTWRITEBYTECODE=1")

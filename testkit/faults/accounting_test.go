@@ -10,6 +10,7 @@ import (
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/internal/checker"
+	"github.com/idmint/idmint/testkit/pgstore"
 	"github.com/idmint/idmint/testkit/pgtest"
 	"github.com/idmint/idmint/testkit/testlog"
 	"github.com/idmint/idmint/testkit/testutil"
@@ -25,8 +26,8 @@ import (
 // handed out, or counted (and logged) as abandoned. None twice.
 func TestColdTagDuringReplyOutage(t *testing.T) {
 	const step = 100
-	dbURL := newDatabase(t, pgtest.Shared(t))
-	direct := open(t, dbURL)
+	dbURL := pgstore.NewDatabase(t, pgtest.Shared(t))
+	direct := pgstore.Open(t, dbURL)
 	createTag(t, direct, "warm", step, step)
 	createTag(t, direct, "cold", step, step)
 	px := toxic.New(t, dbURL)
@@ -34,7 +35,7 @@ func TestColdTagDuringReplyOutage(t *testing.T) {
 	// One connection, whose allocation and lookup statements are prepared
 	// before the toxic (on tag warm), so that the first allocation of cold
 	// reaches PostgreSQL and commits.
-	a := newInstance(t, open(t, px.URL+"&pool_max_conns=1"), "cold-tag", func(c *allocator.Config) {
+	a := newInstance(t, pgstore.Open(t, px.URL+"&pool_max_conns=1"), "cold-tag", func(c *allocator.Config) {
 		c.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 		c.AttemptTimeout = 300 * time.Millisecond
 		c.Segment.WaitTimeout = 300 * time.Millisecond

@@ -10,8 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -20,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/pgstore"
+	"github.com/idmint/idmint/testkit/servetest"
 	"github.com/idmint/idmint/testkit/testlog"
 
 	"github.com/idmint/idmint/allocator"
@@ -131,7 +131,7 @@ type instance struct {
 func startInstance(t *testing.T, dbURL, name string, sent *replyLog) *instance {
 	t.Helper()
 	in := &instance{name: name, killed: make(chan string, 1)}
-	in.alloc = newInstance(t, open(t, dbURL), name, nil)
+	in.alloc = newInstance(t, pgstore.Open(t, dbURL), name, nil)
 	api := answered(name, sent, httpapi.NewServer(httpapi.Config{Allocator: in.alloc, Instance: name, Logger: testlog.Discard()}))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -324,8 +324,8 @@ func (r *clientRun) requireExactlyOnce(admin *postgres.Store) (logged map[string
 // counting a third client started after the first two gave back their tails.
 func TestClientExactlyOnce(t *testing.T) {
 	const tag = "order"
-	dbURL := newDatabase(t, pgtest.Shared(t))
-	admin := open(t, dbURL)
+	dbURL := pgstore.NewDatabase(t, pgtest.Shared(t))
+	admin := pgstore.Open(t, dbURL)
 	createTag(t, admin, tag, 100, 500)
 
 	sent := newReplyLog() // what instances answered
@@ -445,15 +445,12 @@ func TestClientProcessesKilled(t *testing.T) {
 		t.Skip("builds and runs idmint processes")
 	}
 	const tag, kills = "order", 3
-	bin := filepath.Join(t.TempDir(), "idmint")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/idmint/idmint/cmd/idmint").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	dbURL := newDatabase(t, pgtest.Shared(t))
-	admin := open(t, dbURL)
+	bin := servetest.Build(t)
+	dbURL := pgstore.NewDatabase(t, pgtest.Shared(t))
+	admin := pgstore.Open(t, dbURL)
 	createTag(t, admin, tag, 100, 500)
 	addrs := []string{testutil.FreeAddr(t), testutil.FreeAddr(t)}
-	ps := []*process{startProcess(t, bin, dbURL, addrs[0], "proc-0"), startProcess(t, bin, dbURL, addrs[1], "proc-1")}
+	ps := []*servetest.Process{startProcess(t, bin, dbURL, addrs[0], "proc-0"), startProcess(t, bin, dbURL, addrs[1], "proc-1")}
 
 	check := checker.New()
 	run := newClientRun(t, tag, []string{"http://" + addrs[0], "http://" + addrs[1]}, check)
@@ -485,10 +482,7 @@ func TestClientProcessesKilled(t *testing.T) {
 		// The client sticks to the instance that answered last: first
 		// proc-0, then each time the other one, which the kill sent it to.
 		slot := k % 2
-		if err := ps[slot].cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		ps[slot].cmd.Wait()
+		ps[slot].Stop(t, syscall.SIGKILL)
 		if err := lock.Rollback(ctx); err != nil {
 			t.Fatal(err)
 		}

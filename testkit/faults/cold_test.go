@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/pgstore"
 	"github.com/idmint/idmint/testkit/testlog"
 
 	"github.com/idmint/idmint/allocator"
@@ -36,14 +37,14 @@ func TestFarDatabase_ColdTagFirstRequest(t *testing.T) {
 		t.Skip("far database: slow round trips")
 	}
 	const oneWay = 400 * time.Millisecond
-	dbURL := newDatabase(t, pgtest.Shared(t))
-	direct := open(t, dbURL)
+	dbURL := pgstore.NewDatabase(t, pgtest.Shared(t))
+	direct := pgstore.Open(t, dbURL)
 	tags := []string{"cold", "colder"}
 	for _, tag := range tags {
 		createTag(t, direct, tag, 1000, 1000)
 	}
 	px := far(t, dbURL, oneWay)
-	store := open(t, px.URL)
+	store := pgstore.Open(t, px.URL)
 	rt := store.RoundTrip()
 	pingAsServe(t, store)
 	a := newInstance(t, store, "far", func(c *allocator.Config) {

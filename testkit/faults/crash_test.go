@@ -9,6 +9,7 @@ import (
 
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/internal/checker"
+	"github.com/idmint/idmint/testkit/pgstore"
 	"github.com/idmint/idmint/testkit/pgtest"
 	"github.com/idmint/idmint/testkit/testutil"
 )
@@ -27,13 +28,13 @@ func TestDatabaseCrashLoop(t *testing.T) {
 	// takes well under a second after the server is back.
 	const reconnectLimit = 5 * time.Second
 	srv := pgtest.New(t)
-	dbURL := newDatabase(t, srv)
-	admin := open(t, dbURL)
+	dbURL := pgstore.NewDatabase(t, srv)
+	admin := pgstore.Open(t, dbURL)
 	createTag(t, admin, "order", 10, 50)
 
 	allocs := make([]*allocator.Allocator, instances)
 	for i := range allocs {
-		allocs[i] = newInstance(t, open(t, dbURL), fmt.Sprint("crash-", i), nil)
+		allocs[i] = newInstance(t, pgstore.Open(t, dbURL), fmt.Sprint("crash-", i), nil)
 	}
 	c := checker.New()
 	l := startLoad(c, instances*workersPer, func(ctx context.Context, w int) (string, string, int64, error) {

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/drill"
+	"github.com/idmint/idmint/testkit/pgstore"
 	"github.com/idmint/idmint/testkit/testlog"
 
 	"github.com/idmint/idmint/allocator"
@@ -61,8 +63,21 @@ func productionAttempts(c *allocator.Config) { c.AttemptTimeout = 3 * time.Secon
 func newFailoverOn(t *testing.T, r *pgtest.Replication, url string, required postgres.Replicas, instances int, mod func(*allocator.Config)) *failover {
 	t.Helper()
 	f := &failover{r: r, url: url, required: required, mod: mod, c: checker.New()}
-	migrate(t, f.url)
-	createTag(t, open(t, f.url), failoverTag, 50, 50)
+	// The run's report (make drill-failover), written last: what the
+	// checker saw once the instances stopped.
+	rep := drill.Start(t, "failover")
+	t.Cleanup(func() {
+		rc := f.c.Report()
+		rep.Set("pair", r.Primary.Kind())
+		rep.Set("replicas_required", required.String())
+		rep.Set("instances", len(f.allocs))
+		rep.Set("ids", rc.IDs())
+		rep.Set("duplicates", rc.Duplicates())
+		rep.Set("failed_requests", rc.Failed)
+		rep.Set("rollbacks_refused_or_repaired", f.rolledBack())
+	})
+	pgstore.Migrate(t, f.url)
+	createTag(t, pgstore.Open(t, f.url), failoverTag, 50, 50)
 	t.Cleanup(f.stop)
 	for range instances {
 		f.start(t)
@@ -73,7 +88,7 @@ func newFailoverOn(t *testing.T, r *pgtest.Replication, url string, required pos
 // start adds an instance with its own pool and 4 workers asking it for IDs.
 func (f *failover) start(t *testing.T) *allocator.Allocator {
 	t.Helper()
-	store := open(t, f.url)
+	store := pgstore.Open(t, f.url)
 	store.SetReplication(postgres.ReplicationConfig{Required: f.required, Logger: testlog.Discard()})
 	i := len(f.allocs)
 	a := newInstance(t, store, fmt.Sprint("failover-", i), f.mod)
@@ -369,7 +384,7 @@ func TestFailover_DisconnectedStandby(t *testing.T) {
 			f := newFailover(t, pgtest.ReplicationOptions{}, tt.required, 2)
 			f.served(t, 2000, "ids before the standby stops")
 			if tt.required != 0 {
-				admin := open(t, f.url)
+				admin := pgstore.Open(t, f.url)
 				testutil.Eventually(t, 30*time.Second, "the standby to be recorded", func() bool {
 					recs, err := admin.Standbys(ctx)
 					return err == nil && len(recs) == 1

@@ -3,10 +3,10 @@ package faults_test
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/drill"
+	"github.com/idmint/idmint/testkit/pgstore"
 	"github.com/idmint/idmint/testkit/testlog"
 
 	"github.com/google/uuid"
@@ -27,6 +29,9 @@ import (
 	"github.com/idmint/idmint/testkit/testutil"
 	"github.com/idmint/idmint/testkit/toxic"
 )
+
+// drillFar is how long TestDrillFar measures (make drill-far); 0 skips it.
+var drillFar = flag.Duration("drill.far", 0, "measure GET /id near and far from PostgreSQL for this long (TestDrillFar)")
 
 // serveAttemptTimeout is idmint serve's attempt timeout: the floor fit for a
 // nearby database.
@@ -135,8 +140,8 @@ func TestFarDatabase_TimeoutsFollowRoundTrip(t *testing.T) {
 	srv := pgtest.Shared(t)
 	for _, oneWay := range []time.Duration{150 * time.Millisecond, 400 * time.Millisecond} {
 		t.Run(fmt.Sprint(oneWay, " each way"), func(t *testing.T) {
-			dbURL := newDatabase(t, srv)
-			direct := open(t, dbURL)
+			dbURL := pgstore.NewDatabase(t, srv)
+			direct := pgstore.Open(t, dbURL)
 			tags := []string{"a", "b", "c", "d"}
 			for _, tag := range tags {
 				createTag(t, direct, tag, 1000, 1000)
@@ -146,7 +151,7 @@ func TestFarDatabase_TimeoutsFollowRoundTrip(t *testing.T) {
 			if oneWay >= 400*time.Millisecond {
 				// A connect, a prepare and the statement: five round trips
 				// of 800 ms, more than a nearby database's 3 s.
-				store := open(t, px.URL)
+				store := pgstore.Open(t, px.URL)
 				pingAsServe(t, store)
 				retries, failures, a := coldFetches(t, store, tags, nil)
 				a.Close(context.Background())
@@ -156,7 +161,7 @@ func TestFarDatabase_TimeoutsFollowRoundTrip(t *testing.T) {
 				t.Logf("fixed timeout of %v: %d retries, %d failed requests", serveAttemptTimeout, retries, failures)
 			}
 
-			store := open(t, px.URL)
+			store := pgstore.Open(t, px.URL)
 			rt := store.RoundTrip()
 			pingAsServe(t, store)
 			if got := rt.Estimate(); got < 2*oneWay {
@@ -195,10 +200,10 @@ func TestFarDatabase_GiveBack(t *testing.T) {
 	}
 	const tag, step, oneWay = "order", 1000, 150 * time.Millisecond
 	ctx := context.Background()
-	dbURL := newDatabase(t, pgtest.Shared(t))
-	createTag(t, open(t, dbURL), tag, step, step)
+	dbURL := pgstore.NewDatabase(t, pgtest.Shared(t))
+	createTag(t, pgstore.Open(t, dbURL), tag, step, step)
 	px := far(t, dbURL, oneWay)
-	store := open(t, px.URL)
+	store := pgstore.Open(t, px.URL)
 	pingAsServe(t, store)
 	a := newInstance(t, store, "far", func(c *allocator.Config) {
 		c.AttemptTimeout, c.RetryMin, c.RetryMax = serveAttemptTimeout, 0, 0
@@ -256,10 +261,10 @@ func TestFarDatabase_LinkCut(t *testing.T) {
 		t.Skip("far database: slow round trips")
 	}
 	const tag, step, clients = "order", 5000, 4
-	dbURL := newDatabase(t, pgtest.Shared(t))
-	createTag(t, open(t, dbURL), tag, step, step)
+	dbURL := pgstore.NewDatabase(t, pgtest.Shared(t))
+	createTag(t, pgstore.Open(t, dbURL), tag, step, step)
 	px := far(t, dbURL, 150*time.Millisecond)
-	store := open(t, px.URL)
+	store := pgstore.Open(t, px.URL)
 	pingAsServe(t, store)
 	counted := &fetchCalls{Store: store}
 	a := newInstance(t, counted, "far", func(c *allocator.Config) {
@@ -380,25 +385,22 @@ func TestFarDatabase_LinkCut(t *testing.T) {
 // (through toxiproxy), on one tag whose segments (5,000 IDs) last some
 // seconds at this load: the far instance fetches several times, each fetch
 // taking some round trips of 300 ms. It prints the p50, p99 and max of each
-// and the p50 and p99 ratios. It runs only when IDMINT_DRILL_FAR is set to a duration (make
+// and the p50 and p99 ratios, as a drill report. It runs only when -drill.far is a duration (make
 // drill-far); a figure, not a timing assertion: the checks are 0 errors
 // and 0 duplicates.
 func TestDrillFar(t *testing.T) {
-	spec := os.Getenv("IDMINT_DRILL_FAR")
-	if spec == "" {
-		t.Skip("set IDMINT_DRILL_FAR=20s (make drill-far) to measure")
+	duration := *drillFar
+	if duration <= 0 {
+		t.Skip("pass -drill.far=20s (make drill-far) to measure")
 	}
-	duration, err := time.ParseDuration(spec)
-	if err != nil {
-		t.Fatalf("IDMINT_DRILL_FAR=%q: %v", spec, err)
-	}
+	rep := drill.Start(t, "far")
 	// The tag is sized by a runway, as an operator would set it, not by a
 	// hand-picked step: its ranges grow from the default step to hold 10 s
 	// at the measured rate, so a fetch 150 ms away never runs a buffer dry.
 	const tag, clients = "order", 4
 	const oneWay, runway = 150 * time.Millisecond, 10 * time.Second
-	dbURL := newDatabase(t, pgtest.Shared(t))
-	createTag(t, open(t, dbURL), tag, allocator.DefaultStep, 10_000_000)
+	dbURL := pgstore.NewDatabase(t, pgtest.Shared(t))
+	createTag(t, pgstore.Open(t, dbURL), tag, allocator.DefaultStep, 10_000_000)
 	px := far(t, dbURL, oneWay)
 
 	type side struct {
@@ -409,7 +411,7 @@ func TestDrillFar(t *testing.T) {
 	}
 	var sides []*side
 	for _, s := range []struct{ name, url string }{{"near", dbURL}, {"far", px.URL}} {
-		store := open(t, s.url)
+		store := pgstore.Open(t, s.url)
 		pingAsServe(t, store)
 		a := newInstance(t, store, s.name, func(c *allocator.Config) {
 			// The serve defaults.
@@ -524,15 +526,21 @@ func TestDrillFar(t *testing.T) {
 		return ds[min(len(ds)-1, int(float64(len(ds))*p))]
 	}
 	near, farSide := sides[0], sides[1]
-	line := fmt.Sprintf("drill-far: %v, runway %v, %d clients each, GET /id: near p50 %v p99 %v max %v (%d requests, %d fetches); far (%v each way, round trip %v, fetch timeout %v) p50 %v p99 %v max %v (%d requests, %d fetches); ratio far/near p50 %.2f p99 %.2f; 0 errors, 0 duplicates",
-		duration, runway, clients,
-		pct(near.latencies, 0.50).Round(time.Microsecond), pct(near.latencies, 0.99).Round(time.Microsecond), pct(near.latencies, 1).Round(time.Microsecond),
-		len(near.latencies), tagStats(near.a, tag).Loads-loadsBefore["near"],
-		oneWay, farSide.a.RoundTrip().RTT.Round(time.Millisecond), farSide.a.RoundTrip().FetchTimeout.Round(time.Millisecond),
-		pct(farSide.latencies, 0.50).Round(time.Microsecond), pct(farSide.latencies, 0.99).Round(time.Microsecond), pct(farSide.latencies, 1).Round(time.Microsecond),
-		len(farSide.latencies), tagStats(farSide.a, tag).Loads-loadsBefore["far"],
-		float64(pct(farSide.latencies, 0.50))/float64(pct(near.latencies, 0.50)),
-		float64(pct(farSide.latencies, 0.99))/float64(pct(near.latencies, 0.99)))
-	fmt.Println(line)
-	t.Log(line)
+	for _, sd := range sides {
+		rep.Set(sd.name+"_p50_s", pct(sd.latencies, 0.50))
+		rep.Set(sd.name+"_p99_s", pct(sd.latencies, 0.99))
+		rep.Set(sd.name+"_max_s", pct(sd.latencies, 1))
+		rep.Set(sd.name+"_requests", len(sd.latencies))
+		rep.Set(sd.name+"_fetches", tagStats(sd.a, tag).Loads-loadsBefore[sd.name])
+	}
+	rep.Set("duration_s", duration)
+	rep.Set("runway_s", runway)
+	rep.Set("clients", clients)
+	rep.Set("one_way_s", oneWay)
+	rep.Set("far_round_trip_s", farSide.a.RoundTrip().RTT)
+	rep.Set("far_fetch_timeout_s", farSide.a.RoundTrip().FetchTimeout)
+	rep.Set("ratio_p50", float64(pct(farSide.latencies, 0.50))/float64(pct(near.latencies, 0.50)))
+	rep.Set("ratio_p99", float64(pct(farSide.latencies, 0.99))/float64(pct(near.latencies, 0.99)))
+	rep.Set("errors", r.Failed)
+	rep.Set("duplicates", r.Duplicates())
 }

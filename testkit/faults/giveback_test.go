@@ -10,6 +10,7 @@ import (
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/internal/checker"
+	"github.com/idmint/idmint/testkit/pgstore"
 	"github.com/idmint/idmint/testkit/pgtest"
 	"github.com/idmint/idmint/testkit/testutil"
 )
@@ -91,7 +92,7 @@ func TestGracefulShutdownGivesBack(t *testing.T) {
 	t.Run("rolling restart of one instance under load", func(t *testing.T) {
 		const restarts = 5
 		run := func(giveBack bool) (checker.Report, int64) {
-			store := open(t, newDatabase(t, srv))
+			store := pgstore.Open(t, pgstore.NewDatabase(t, srv))
 			createTag(t, store, "order", step, step)
 			r, gap := rollingRestart(t, store, 1, restarts, giveBack)
 			requireValid(t, r)
@@ -116,7 +117,7 @@ func TestGracefulShutdownGivesBack(t *testing.T) {
 	})
 
 	t.Run("rolling restart of three instances under load", func(t *testing.T) {
-		store := open(t, newDatabase(t, srv))
+		store := pgstore.Open(t, pgstore.NewDatabase(t, srv))
 		createTag(t, store, "order", step, step)
 		const slots, restarts = 3, 3
 		r, gap := rollingRestart(t, store, slots, restarts, true)
@@ -132,7 +133,7 @@ func TestGracefulShutdownGivesBack(t *testing.T) {
 
 	t.Run("an allocation by another instance makes it a no-op", func(t *testing.T) {
 		ctx := context.Background()
-		store := open(t, newDatabase(t, srv))
+		store := pgstore.Open(t, pgstore.NewDatabase(t, srv))
 		createTag(t, store, "order", step, step)
 		a := newInstance(t, store, "a", nil)
 		b := newInstance(t, store, "b", nil)

@@ -9,12 +9,9 @@ import (
 
 	"github.com/idmint/idmint/testkit/testlog"
 
-	"github.com/jackc/pgx/v5/stdlib"
-
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/internal/checker"
-	"github.com/idmint/idmint/migrations"
 	"github.com/idmint/idmint/segment"
 	"github.com/idmint/idmint/testkit/pgtest"
 )
@@ -26,36 +23,6 @@ import (
 func TestMain(m *testing.M) {
 	os.Setenv("IDMINT_GRPC_LISTEN", "off")
 	os.Exit(pgtest.Main(m))
-}
-
-// migrate applies the schema to the database at dbURL.
-func migrate(tb testing.TB, dbURL string) {
-	tb.Helper()
-	store := open(tb, dbURL)
-	db := stdlib.OpenDBFromPool(store.Pool())
-	defer db.Close()
-	if _, err := migrations.Up(context.Background(), db, migrations.PostgreSQL, nil); err != nil {
-		tb.Fatal(err)
-	}
-}
-
-// newDatabase returns the URL of a fresh, migrated database on srv.
-func newDatabase(tb testing.TB, srv *pgtest.Server) string {
-	tb.Helper()
-	u := srv.NewDatabase(tb)
-	migrate(tb, u)
-	return u
-}
-
-// open connects a store (its own pool, as a separate process would have).
-func open(tb testing.TB, dbURL string) *postgres.Store {
-	tb.Helper()
-	store, err := postgres.Open(context.Background(), dbURL)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(store.Close)
-	return store
 }
 
 func createTag(tb testing.TB, store *postgres.Store, name string, step, maxStep int64) {

@@ -5,9 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -15,42 +12,18 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/internal/checker"
+	"github.com/idmint/idmint/testkit/pgstore"
 	"github.com/idmint/idmint/testkit/pgtest"
+	"github.com/idmint/idmint/testkit/servetest"
 	"github.com/idmint/idmint/testkit/testutil"
 )
 
-// process is an idmint serve process.
-type process struct {
-	cmd  *exec.Cmd
-	name string // its --instance
-	base string // http://127.0.0.1:port
-}
-
-func startProcess(t *testing.T, bin, dbURL, addr, name string) *process {
+// startProcess starts idmint serve as name on addr.
+func startProcess(t *testing.T, bin, dbURL, addr, name string) *servetest.Process {
 	t.Helper()
-	logf, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "serve", "--database-url", dbURL, "--listen", addr, "--instance", name,
-		"--log-format", "json", "--access-log=false", "--segment-period", "1h", "--prune-after", "0")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &process{cmd: cmd, name: name, base: "http://" + addr}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		logf.Close()
-	})
-	testutil.Eventually(t, 30*time.Second, name+" to listen", func() bool {
-		resp, err := http.Get(p.base + "/id/health")
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err == nil
-	})
+	p := &servetest.Process{Bin: bin, DatabaseURL: dbURL, Instance: name, Addr: addr,
+		Args: []string{"--segment-period", "1h", "--prune-after", "0"}}
+	p.Start(t)
 	return p
 }
 
@@ -63,24 +36,20 @@ func TestInstanceKilled(t *testing.T) {
 		t.Skip("builds and runs idmint processes")
 	}
 	const procs, kills, step = 3, 3, 500
-	bin := filepath.Join(t.TempDir(), "idmint")
-	build := exec.Command("go", "build", "-o", bin, "github.com/idmint/idmint/cmd/idmint")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	dbURL := newDatabase(t, pgtest.Shared(t))
-	admin := open(t, dbURL)
+	bin := servetest.Build(t)
+	dbURL := pgstore.NewDatabase(t, pgtest.Shared(t))
+	admin := pgstore.Open(t, dbURL)
 	tags := []string{"order", "user"}
 	for _, tag := range tags {
 		createTag(t, admin, tag, step, step)
 	}
 	addrs := make([]string, procs)
-	ps := make([]*process, procs)
+	ps := make([]*servetest.Process, procs)
 	names := make([]atomic.Pointer[string], procs) // what the workers read
 	for i := range ps {
 		addrs[i] = testutil.FreeAddr(t)
 		ps[i] = startProcess(t, bin, dbURL, addrs[i], fmt.Sprintf("proc-%d-0", i))
-		names[i].Store(&ps[i].name)
+		names[i].Store(&ps[i].Instance)
 	}
 
 	client := &http.Client{Timeout: 10 * time.Second}
@@ -109,13 +78,10 @@ func TestInstanceKilled(t *testing.T) {
 		time.Sleep(700 * time.Millisecond)
 		slot := k % procs
 		victim := ps[slot]
-		if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		victim.cmd.Wait()
-		killed = append(killed, victim.name)
+		victim.Stop(t, syscall.SIGKILL)
+		killed = append(killed, victim.Instance)
 		ps[slot] = startProcess(t, bin, dbURL, addrs[slot], fmt.Sprintf("proc-%d-%d", slot, k))
-		names[slot].Store(&ps[slot].name)
+		names[slot].Store(&ps[slot].Instance)
 	}
 	time.Sleep(700 * time.Millisecond)
 	l.stop()

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/pgstore"
 	"github.com/idmint/idmint/testkit/testlog"
 
 	"github.com/google/uuid"
@@ -29,14 +30,14 @@ import (
 func TestLostReplyAfterCommit(t *testing.T) {
 	const rounds, step = 5, 10
 	const recoveryLimit = 5 * time.Second
-	dbURL := newDatabase(t, pgtest.Shared(t))
-	direct := open(t, dbURL)
+	dbURL := pgstore.NewDatabase(t, pgtest.Shared(t))
+	direct := pgstore.Open(t, dbURL)
 	createTag(t, direct, "order", step, step)
 	px := toxic.New(t, dbURL)
 	// One connection: it has prepared the allocation statement before the
 	// toxic goes on, so the first bytes PostgreSQL sends back for the
 	// allocation are its answer after COMMIT.
-	store := &observedStore{Store: open(t, px.URL+"&pool_max_conns=1")}
+	store := &observedStore{Store: pgstore.Open(t, px.URL+"&pool_max_conns=1")}
 	a := newInstance(t, store, "lost-reply", func(c *allocator.Config) {
 		c.Segment.LoadTimeout = 30 * time.Second
 	})
@@ -200,11 +201,11 @@ func (s *countingStore) attempts() (uuid.UUID, int) {
 // flight. When the lock goes, exactly one range is granted for the request.
 func TestRetryWhileInFlight(t *testing.T) {
 	const step = 10
-	dbURL := newDatabase(t, pgtest.Shared(t))
-	direct := open(t, dbURL)
+	dbURL := pgstore.NewDatabase(t, pgtest.Shared(t))
+	direct := pgstore.Open(t, dbURL)
 	createTag(t, direct, "order", step, step)
 	px := toxic.New(t, dbURL)
-	store := &countingStore{Store: open(t, px.URL), calls: map[uuid.UUID]int{}}
+	store := &countingStore{Store: pgstore.Open(t, px.URL), calls: map[uuid.UUID]int{}}
 	a := newInstance(t, store, "in-flight", func(c *allocator.Config) {
 		c.AttemptTimeout = 300 * time.Millisecond
 		c.Segment.LoadTimeout = 30 * time.Second

@@ -11,6 +11,7 @@ import (
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/internal/checker"
+	"github.com/idmint/idmint/testkit/pgstore"
 	"github.com/idmint/idmint/testkit/pgtest"
 )
 
@@ -44,14 +45,14 @@ func manyInstances(t *testing.T, newStore func() allocator.Store, instances, wor
 // checker's power.
 func TestManyInstancesSmallSteps(t *testing.T) {
 	const instances, workers = 8, 4 // 32 goroutines
-	dbURL := newDatabase(t, pgtest.Shared(t))
-	admin := open(t, dbURL)
+	dbURL := pgstore.NewDatabase(t, pgtest.Shared(t))
+	admin := pgstore.Open(t, dbURL)
 	createTag(t, admin, "step1", 1, 1)
 	createTag(t, admin, "step1to10", 1, 10)
 	createTag(t, admin, "step10", 10, 10)
 
 	t.Run("atomic store", func(t *testing.T) {
-		r := manyInstances(t, func() allocator.Store { return open(t, dbURL) }, instances, workers, 4*time.Second)
+		r := manyInstances(t, func() allocator.Store { return pgstore.Open(t, dbURL) }, instances, workers, 4*time.Second)
 		requireValid(t, r)
 		if r.IDs() < 200 { // a floor only: step 1 is slow through a container
 			t.Fatalf("only %d ids", r.IDs())
@@ -62,7 +63,7 @@ func TestManyInstancesSmallSteps(t *testing.T) {
 	})
 
 	t.Run("negative control: read-then-write store is caught", func(t *testing.T) {
-		r := manyInstances(t, func() allocator.Store { return &brokenStore{Store: open(t, dbURL)} }, instances, workers, 4*time.Second)
+		r := manyInstances(t, func() allocator.Store { return &brokenStore{Store: pgstore.Open(t, dbURL)} }, instances, workers, 4*time.Second)
 		t.Logf("checker report:\n%s", r)
 		if r.Duplicates() == 0 {
 			t.Fatal("the checker found no duplicate from a store that reads max_id and writes it back in a second statement")

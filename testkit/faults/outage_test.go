@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/pgstore"
 	"github.com/idmint/idmint/testkit/testlog"
 
 	"github.com/idmint/idmint/allocator"
@@ -36,12 +37,12 @@ func TestOutageLongerThanBuffers(t *testing.T) {
 		t.Skip("outage: long")
 	}
 	const clients, step = 8, 200
-	dbURL := newDatabase(t, pgtest.Shared(t))
-	direct := open(t, dbURL)
+	dbURL := pgstore.NewDatabase(t, pgtest.Shared(t))
+	direct := pgstore.Open(t, dbURL)
 	createTag(t, direct, "order", step, step)
 	px := toxic.New(t, dbURL)
 	// The serve defaults: what a real instance would do.
-	a := newInstance(t, open(t, px.URL), "outage", func(c *allocator.Config) {
+	a := newInstance(t, pgstore.Open(t, px.URL), "outage", func(c *allocator.Config) {
 		c.AttemptTimeout, c.RetryMin, c.RetryMax = 0, 0, 0
 		c.Segment = segment.Config{}
 	})

@@ -17,6 +17,7 @@ import (
 	"github.com/idmint/idmint/allocator"
 	"github.com/idmint/idmint/httpapi"
 	"github.com/idmint/idmint/internal/checker"
+	"github.com/idmint/idmint/testkit/pgstore"
 	"github.com/idmint/idmint/testkit/pgtest"
 	"github.com/idmint/idmint/testkit/testlog"
 	"github.com/idmint/idmint/testkit/testutil"
@@ -31,12 +32,12 @@ import (
 // of them: 0 duplicates over every ID both served.
 func TestDatabaseRolledBack(t *testing.T) {
 	const workers, step = 4, 10
-	dbURL := newDatabase(t, pgtest.Shared(t))
-	admin := open(t, dbURL)
+	dbURL := pgstore.NewDatabase(t, pgtest.Shared(t))
+	admin := pgstore.Open(t, dbURL)
 	createTag(t, admin, "order", step, step)
 
 	logs := &testlog.Buffer{}
-	running := newInstance(t, open(t, dbURL), "rollback-running", func(c *allocator.Config) {
+	running := newInstance(t, pgstore.Open(t, dbURL), "rollback-running", func(c *allocator.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	})
 	metrics := httpapi.NewMetrics()
@@ -80,7 +81,7 @@ func TestDatabaseRolledBack(t *testing.T) {
 	}
 
 	// An instance with no memory of the lost grants starts now.
-	late.Store(newInstance(t, open(t, dbURL), "rollback-late", nil))
+	late.Store(newInstance(t, pgstore.Open(t, dbURL), "rollback-late", nil))
 	acked := c.Report().Acknowledged
 	testutil.Eventually(t, 30*time.Second, "both instances to serve", func() bool {
 		return tagStats(late.Load(), "order").Issued > 100 && c.Report().Acknowledged > acked+500

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/drill"
+	"github.com/idmint/idmint/testkit/pgstore"
 	"github.com/idmint/idmint/testkit/testlog"
 
 	"github.com/idmint/idmint/allocator"
@@ -173,6 +175,7 @@ func (r *runwayRig) since(at int64) time.Duration { return time.Duration(at) }
 // no duplicate.
 func shortOutage(t *testing.T, r *runwayRig, stats func() segment.Stats, cut, heal func()) {
 	t.Helper()
+	d := drill.Start(t, "runway")
 	cut, heal = once(t, cut, heal)
 	r.run()
 	st := r.warm(stats)
@@ -206,6 +209,18 @@ func shortOutage(t *testing.T, r *runwayRig, stats func() segment.Stats, cut, he
 	t.Logf("RUNWAY FIGURE: runway %v, held %v at a peak of %.0f IDs/s (step %d) when the outage began; outage %v: %d IDs served, 0 errors, 0 duplicates; held %v at its end (%d load failures); a load succeeded %v after the store came back",
 		st.Runway, st.RunwayHeld.Round(time.Millisecond), st.Peak, st.Step, time.Since(outageAt).Round(time.Millisecond)-time.Since(healed).Round(time.Millisecond),
 		rep.Acknowledged, during.RunwayHeld.Round(time.Millisecond), during.LoadFailures, resumed.Round(time.Millisecond))
+	d.Set("outage", "shorter")
+	d.Set("runway_s", st.Runway)
+	d.Set("held_at_start_s", st.RunwayHeld)
+	d.Set("peak_ids_per_s", st.Peak)
+	d.Set("step", st.Step)
+	d.Set("outage_s", healed.Sub(outageAt))
+	d.Set("ids", rep.Acknowledged)
+	d.Set("errors", rep.Failed)
+	d.Set("duplicates", rep.Duplicates())
+	d.Set("held_at_end_s", during.RunwayHeld)
+	d.Set("load_failures", during.LoadFailures)
+	d.Set("resumed_after_s", resumed)
 }
 
 // longOutage runs the load, takes the store away until callers get a 503,
@@ -214,6 +229,7 @@ func shortOutage(t *testing.T, r *runwayRig, stats func() segment.Stats, cut, he
 // short on the way, and that the service resumed by itself.
 func longOutage(t *testing.T, r *runwayRig, stats func() segment.Stats, cut, heal func()) {
 	t.Helper()
+	d := drill.Start(t, "runway")
 	cut, heal = once(t, cut, heal)
 	r.run()
 	st := r.warm(stats)
@@ -242,6 +258,17 @@ func longOutage(t *testing.T, r *runwayRig, stats func() segment.Stats, cut, hea
 	}
 	t.Logf("RUNWAY FIGURE: runway %v, held %v at a peak of %.0f IDs/s (step %d) when the outage began; first 503 after %v; runway reported short (%s) on the way; IDs served again %v after the store came back; %d IDs, %d 503s, 0 duplicates",
 		st.Runway, st.RunwayHeld.Round(time.Millisecond), st.Peak, st.Step, first503.Round(time.Millisecond), short.RunwayShort, resumed.Round(time.Millisecond), rep.Acknowledged, rep.Failed)
+	d.Set("outage", "longer")
+	d.Set("runway_s", st.Runway)
+	d.Set("held_at_start_s", st.RunwayHeld)
+	d.Set("peak_ids_per_s", st.Peak)
+	d.Set("step", st.Step)
+	d.Set("first_503_after_s", first503)
+	d.Set("short_reason", short.RunwayShort)
+	d.Set("resumed_after_s", resumed)
+	d.Set("ids", rep.Acknowledged)
+	d.Set("unavailable", rep.Failed)
+	d.Set("duplicates", rep.Duplicates())
 	// Loose: the callers ran at most at the peak rate, so the IDs held
 	// lasted at least the runway held, less what the machine's noise and
 	// the rate's estimate take.
@@ -277,10 +304,10 @@ func once(t *testing.T, cut, heal func()) (func(), func()) {
 // one tag.
 func pgRunway(t *testing.T, tag string) (store allocator.Store, px *toxic.Proxy) {
 	t.Helper()
-	dbURL := newDatabase(t, pgtest.Shared(t))
-	createTag(t, open(t, dbURL), tag, 100, 0)
+	dbURL := pgstore.NewDatabase(t, pgtest.Shared(t))
+	createTag(t, pgstore.Open(t, dbURL), tag, 100, 0)
 	px = toxic.New(t, dbURL)
-	return open(t, px.URL), px
+	return pgstore.Open(t, px.URL), px
 }
 
 // TestRunway_PostgresOutageShorterThanRunway: a database outage (a

@@ -1,7 +1,6 @@
 package faults_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -11,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idmint/idmint/testkit/pgstore"
+	"github.com/idmint/idmint/testkit/snowtest"
 	"github.com/idmint/idmint/testkit/testlog"
 
 	"github.com/idmint/idmint/allocator/memstore"
@@ -26,24 +27,14 @@ import (
 
 // oneWorkerBit has worker IDs 0 and 1 only: a worker ID given up is the
 // one taken again.
-var oneWorkerBit = snowflake.Layout{Epoch: snowflake.DefaultEpoch, TimeBits: 50, WorkerBits: 1, SequenceBits: 12}
+var oneWorkerBit = snowtest.TwoWorkers
 
 // snowflakeAt starts a Snowflake node on the leases of the database at
 // dbURL, behind the real HTTP server.
 func snowflakeAt(t *testing.T, dbURL, holder string, ttl time.Duration) (*snowflake.Node, *httptest.Server) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	node, err := snowflake.Start(ctx, snowflake.Config{Layout: oneWorkerBit, Store: lease.NewPostgres(open(t, dbURL).Pool()),
-		Holder: holder, TTL: ttl, RenewEvery: ttl / 10, Margin: 200 * time.Millisecond, Logger: testlog.Discard()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		node.Close(ctx)
-	})
+	node := snowtest.Start(t, snowflake.Config{Layout: oneWorkerBit, Store: lease.NewPostgres(pgstore.Open(t, dbURL).Pool()),
+		Holder: holder, TTL: ttl, RenewEvery: ttl / 10, Margin: 200 * time.Millisecond})
 	api := httptest.NewServer(httpapi.NewServer(httpapi.Config{
 		Allocator: newInstance(t, memstore.New(), holder, nil), Snowflake: node, Logger: testlog.Discard()}))
 	t.Cleanup(api.Close)
@@ -120,7 +111,7 @@ func TestSnowflake_OutagePastLeaseWindow(t *testing.T) {
 		t.Skip("outage")
 	}
 	const ttl = 3 * time.Second
-	dbURL := newDatabase(t, pgtest.Shared(t))
+	dbURL := pgstore.NewDatabase(t, pgtest.Shared(t))
 	px := toxic.New(t, dbURL)
 	node, api := snowflakeAt(t, px.URL, "cut", ttl)
 	// Another instance holds the other worker ID: back online, the cut

@@ -18,6 +18,7 @@ import (
 	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/client"
 	"github.com/idmint/idmint/httpapi"
+	"github.com/idmint/idmint/testkit/pgstore"
 	"github.com/idmint/idmint/testkit/pgtest"
 	"github.com/idmint/idmint/testkit/testlog"
 	"github.com/idmint/idmint/token"
@@ -171,7 +172,7 @@ func TestStrangerCannotMakeDuplicates(t *testing.T) {
 	srv := pgtest.Shared(t)
 
 	t.Run("an instance's own segment, its request id read from the log", func(t *testing.T) {
-		store := open(t, newDatabase(t, srv))
+		store := pgstore.Open(t, pgstore.NewDatabase(t, srv))
 		createTag(t, store, "order", 100, 100)
 		a := startTrustInstance(t, store, "a", httpapi.AuthConfig{})
 		b := startTrustInstance(t, store, "b", httpapi.AuthConfig{})
@@ -190,7 +191,7 @@ func TestStrangerCannotMakeDuplicates(t *testing.T) {
 	})
 
 	t.Run("a client's range, its request id used by another token", func(t *testing.T) {
-		store := open(t, newDatabase(t, srv))
+		store := pgstore.Open(t, pgstore.NewDatabase(t, srv))
 		createTag(t, store, "order", 100, 100)
 		bearer := func(name string) string {
 			tok, secret, err := token.New(name, []string{"ids:order"})
@@ -222,7 +223,7 @@ func TestStrangerCannotMakeDuplicates(t *testing.T) {
 	})
 
 	t.Run("a client's range in the open mode, to a caller without its holder key", func(t *testing.T) {
-		store := open(t, newDatabase(t, srv))
+		store := pgstore.Open(t, pgstore.NewDatabase(t, srv))
 		createTag(t, store, "order", 100, 100)
 		in := startTrustInstance(t, store, "a", httpapi.AuthConfig{})
 		newClient := func() *client.Client {
@@ -260,7 +261,7 @@ func TestStrangerCannotMakeDuplicates(t *testing.T) {
 	})
 
 	t.Run("a retried grant after a give-back gets only what was kept", func(t *testing.T) {
-		store := open(t, newDatabase(t, srv))
+		store := pgstore.Open(t, pgstore.NewDatabase(t, srv))
 		createTag(t, store, "order", 100, 100)
 		in := startTrustInstance(t, store, "a", httpapi.AuthConfig{})
 		id, key := uuid.Must(uuid.NewV7()).String(), "the-holders-key-0123456789abcdef"

@@ -1,15 +1,10 @@
-package main
+package faults_test
 
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -17,65 +12,8 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/allocator/sqlite"
-	"github.com/idmint/idmint/testkit/testutil"
+	"github.com/idmint/idmint/testkit/servetest"
 )
-
-// process is one idmint binary serving on a loopback port.
-type process struct {
-	bin, url, addr, instance, logPath string
-	args                              []string // more serve flags, after the others: they win
-	env                               []string // more environment, after the test's own
-	cmd                               *exec.Cmd
-	gen                               atomic.Int64 // restarts so far; clients read it
-}
-
-func (p *process) start(tb testing.TB) {
-	tb.Helper()
-	logs, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer logs.Close()
-	p.cmd = exec.Command(p.bin, "serve", "--database-url", p.url, "--listen", p.addr, "--instance", p.instance,
-		"--log-format", "json", "--access-log=false", "--wait-timeout", "5s")
-	p.cmd.Args = append(p.cmd.Args, p.args...)
-	if len(p.env) > 0 {
-		p.cmd.Env = append(os.Environ(), p.env...)
-	}
-	p.cmd.Stdout, p.cmd.Stderr = logs, logs
-	if err := p.cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	cmd := p.cmd
-	tb.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get("http://" + p.addr + "/id/health")
-		if err == nil {
-			resp.Body.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			logs, _ := os.ReadFile(p.logPath)
-			tb.Fatalf("%s did not come up: %v\n%s", p.instance, err, logs)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// stop ends the process with sig and waits for it.
-func (p *process) stop(tb testing.TB, sig os.Signal) {
-	tb.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		tb.Fatal(err)
-	}
-	p.cmd.Wait()
-}
 
 // TestMultiProcess_SQLite runs several real idmint processes on one SQLite
 // file with a step of 10, takes 100,000 IDs from them over HTTP at once,
@@ -87,20 +25,21 @@ func TestMultiProcess_SQLite(t *testing.T) {
 		total     = 100_000
 		killAt    = total / 3
 	)
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "idmint")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	if testing.Short() {
+		t.Skip("real processes")
 	}
+	dir := t.TempDir()
+	bin := servetest.Build(t)
 	dbPath := filepath.Join(dir, "ids.db")
 	url := "sqlite://" + dbPath
-	idmint(t, "tag", "create", "order", "--step", "10", "--max-step", "10", "--database-url", url)
+	servetest.Run(t, bin, "tag", "create", "order", "--step", "10", "--max-step", "10", "--database-url", url)
 
-	procs := make([]*process, processes)
+	procs := make([]*servetest.Process, processes)
+	gens := make([]atomic.Int64, processes) // each process's restarts so far; clients read it
 	for i := range procs {
-		procs[i] = &process{bin: bin, url: url, addr: testutil.FreeAddr(t), instance: fmt.Sprint("p", i), logPath: filepath.Join(dir, fmt.Sprint("p", i, ".log"))}
-		procs[i].start(t)
+		procs[i] = &servetest.Process{Bin: bin, DatabaseURL: url, Instance: fmt.Sprint("p", i), LogPath: filepath.Join(dir, fmt.Sprint("p", i, ".log")),
+			Args: []string{"--wait-timeout", "5s"}}
+		procs[i].Start(t)
 	}
 
 	// Each client asks its process for one ID at a time, retrying while the
@@ -121,11 +60,11 @@ func TestMultiProcess_SQLite(t *testing.T) {
 	httpc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
 	begin := time.Now()
 	for c := range results {
-		p := procs[c%processes]
+		p, gen := procs[c%processes], &gens[c%processes]
 		wg.Go(func() {
 			for ctx.Err() == nil && taken.Load() < total {
-				gen := p.gen.Load() // before the request: a restart comes after a kill
-				id, answered, err := fetchID(ctx, httpc, "http://"+p.addr+"/id?biz_tag=order")
+				gen := gen.Load() // before the request: a restart comes after a kill
+				id, answered, err := servetest.FetchID(ctx, httpc, p.Base()+"/id?biz_tag=order")
 				if err != nil {
 					if answered {
 						unavailable.Add(1)
@@ -147,15 +86,14 @@ func TestMultiProcess_SQLite(t *testing.T) {
 	select {
 	case <-killed:
 	case <-ctx.Done():
-		logs, _ := os.ReadFile(procs[0].logPath)
-		t.Fatalf("timed out before the kill: %d ids, %d+%d failures\n%s", taken.Load(), refused.Load(), unavailable.Load(), tail(logs, 3000))
+		t.Fatalf("timed out before the kill: %d ids, %d+%d failures\n%s", taken.Load(), refused.Load(), unavailable.Load(), procs[0].LogTail(3000))
 	}
 	victim := procs[0]
-	victim.stop(t, syscall.SIGKILL)
+	victim.Stop(t, syscall.SIGKILL)
 	killedAt := time.Since(begin)
-	victim.gen.Add(1)
-	victim.instance = "p0-restarted"
-	victim.start(t)
+	gens[0].Add(1)
+	victim.Instance = "p0-restarted"
+	victim.Start(t)
 
 	wg.Wait()
 	elapsed := time.Since(begin)
@@ -163,7 +101,7 @@ func TestMultiProcess_SQLite(t *testing.T) {
 		t.Fatalf("timed out with %d ids taken", taken.Load())
 	}
 	for _, p := range procs {
-		p.stop(t, syscall.SIGTERM)
+		p.Stop(t, syscall.SIGTERM)
 	}
 
 	seen := make(map[int64]got, total)
@@ -200,30 +138,3 @@ func TestMultiProcess_SQLite(t *testing.T) {
 	t.Logf("p0 SIGKILLed at %v after %d ids: granted %d, served %d: gap %d ids; max_id %d, total gap %d",
 		killedAt.Round(time.Millisecond), killAt, grantedToVictim, servedByVictim, grantedToVictim-int64(servedByVictim), maxID, maxID-int64(len(seen)))
 }
-
-// fetchID asks for one ID as text. answered reports whether the server
-// answered at all.
-func fetchID(ctx context.Context, c *http.Client, url string) (id int64, answered bool, err error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, false, err
-	}
-	req.Header.Set("Accept", "text/plain")
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0, false, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, false, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return 0, true, fmt.Errorf("%s: %s", resp.Status, body)
-	}
-	id, err = strconv.ParseInt(strings.TrimSpace(string(body)), 10, 64)
-	return id, true, err
-}
-
-// tail returns the last n bytes of b.
-func tail(b []byte, n int) []byte { return b[max(0, len(b)-n):] }

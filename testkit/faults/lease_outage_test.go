@@ -1,22 +1,18 @@
-package lease_test
+package faults_test
 
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/stdlib"
-
-	"github.com/idmint/idmint/allocator/postgres"
 	"github.com/idmint/idmint/internal/checker"
 	"github.com/idmint/idmint/lease"
-	"github.com/idmint/idmint/migrations"
 	"github.com/idmint/idmint/snowflake"
+	"github.com/idmint/idmint/testkit/pgstore"
 	"github.com/idmint/idmint/testkit/pgtest"
+	"github.com/idmint/idmint/testkit/snowtest"
 	"github.com/idmint/idmint/testkit/testutil"
 	"github.com/idmint/idmint/testkit/toxic"
 )
@@ -24,46 +20,15 @@ import (
 // leaseTTL is the lease of the outage tests.
 const leaseTTL = 4 * time.Second
 
-// twoWorkers is a layout with worker IDs 0 and 1.
-var twoWorkers = snowflake.Layout{Epoch: snowflake.DefaultEpoch, TimeBits: 50, WorkerBits: 1, SequenceBits: 12}
-
 // nodeConfig: a 4 s lease renewed every 400 ms, a 200 ms margin.
 func nodeConfig(store snowflake.LeaseStore, holder string) snowflake.Config {
-	return snowflake.Config{Layout: twoWorkers, Store: store, Holder: holder, TTL: leaseTTL,
-		RenewEvery: 400 * time.Millisecond, Margin: 200 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	return snowflake.Config{Layout: snowtest.TwoWorkers, Store: store, Holder: holder, TTL: leaseTTL,
+		RenewEvery: 400 * time.Millisecond, Margin: 200 * time.Millisecond}
 }
 
-func startNode(t *testing.T, cfg snowflake.Config) *snowflake.Node {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	n, err := snowflake.Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		n.Close(ctx)
-	})
-	return n
-}
-
-// pgLeases connects a lease store to dbURL with a pool of its own.
-func pgLeases(t *testing.T, dbURL string) *lease.Postgres {
-	t.Helper()
-	s, err := postgres.Open(context.Background(), dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return lease.NewPostgres(s.Pool())
-}
-
-// hammer asks n for IDs until stopped, acknowledging them to c as client;
+// hammerNode asks n for IDs until stopped, acknowledging them to c as client;
 // stop returns the IDs and the errors met, by kind.
-func hammer(n *snowflake.Node, c *checker.Checker, client string) (stop func() ([]int64, map[string]int)) {
+func hammerNode(n *snowflake.Node, c *checker.Checker, client string) (stop func() ([]int64, map[string]int)) {
 	var (
 		ids    []int64
 		errs   = map[string]int{}
@@ -103,7 +68,7 @@ func hammer(n *snowflake.Node, c *checker.Checker, client string) (stop func() (
 	}
 }
 
-// TestNode_DatabaseOutage cuts the database off from one instance, behind a
+// TestLease_DatabaseOutage cuts the database off from one instance, behind a
 // blackholing proxy, for less and for more than the lease TTL (4 s).
 //
 // Shorter: the instance keeps issuing IDs all through, on the same lease.
@@ -111,7 +76,7 @@ func hammer(n *snowflake.Node, c *checker.Checker, client string) (stop func() (
 // another instance takes the worker ID after the expiry and issues IDs above
 // the old window; when the database comes back the first finds its lease
 // lost and, no worker ID being free, serves none. No ID twice throughout.
-func TestNode_DatabaseOutage(t *testing.T) {
+func TestLease_DatabaseOutage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("outage")
 	}
@@ -123,16 +88,15 @@ func TestNode_DatabaseOutage(t *testing.T) {
 		{"longer than the ttl", 5500 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dbURL := pgtest.Shared(t).NewDatabase(t)
-			migratePG(t, dbURL)
+			dbURL := pgstore.NewDatabase(t, pgtest.Shared(t))
 			px := toxic.New(t, dbURL)
 			c := checker.New()
-			cut := startNode(t, nodeConfig(pgLeases(t, px.URL), "cut"))
-			other := startNode(t, nodeConfig(pgLeases(t, dbURL), "other"))
+			cut := snowtest.Start(t, nodeConfig(lease.NewPostgres(pgstore.Open(t, px.URL).Pool()), "cut"))
+			other := snowtest.Start(t, nodeConfig(lease.NewPostgres(pgstore.Open(t, dbURL).Pool()), "other"))
 			if cut.Stats().Worker != 0 || other.Stats().Worker != 1 {
 				t.Fatalf("workers: cut %d, other %d", cut.Stats().Worker, other.Stats().Worker)
 			}
-			stopCut, stopOther := hammer(cut, c, "cut"), hammer(other, c, "other")
+			stopCut, stopOther := hammerNode(cut, c, "cut"), hammerNode(other, c, "other")
 			// Load before the outage; cut it just after a renewal, so that
 			// the shorter outage has the whole lease to ride through.
 			renewed := cut.Stats().Renewals
@@ -142,9 +106,9 @@ func TestNode_DatabaseOutage(t *testing.T) {
 			var successor *snowflake.Node
 			var stopSuccessor func() ([]int64, map[string]int)
 			if tc.outage > leaseTTL {
-				successor = startNode(t, nodeConfig(pgLeases(t, dbURL), "successor"))
+				successor = snowtest.Start(t, nodeConfig(lease.NewPostgres(pgstore.Open(t, dbURL).Pool()), "successor"))
 				testutil.Eventually(t, 10*time.Second, "the successor to take worker 0", func() bool { return successor.Stats().Worker == 0 })
-				stopSuccessor = hammer(successor, c, "successor")
+				stopSuccessor = hammerNode(successor, c, "successor")
 			}
 			time.Sleep(tc.outage - time.Since(begin))
 			px.Heal(t)
@@ -183,28 +147,14 @@ func TestNode_DatabaseOutage(t *testing.T) {
 			}
 			var lastCut int64
 			for _, id := range cutIDs {
-				p, _ := twoWorkers.Parse(id)
+				p, _ := snowtest.TwoWorkers.Parse(id)
 				lastCut = max(lastCut, p.UnixMilli)
 			}
 			for _, id := range succIDs {
-				if p, _ := twoWorkers.Parse(id); p.Worker != 0 || p.UnixMilli <= lastCut {
+				if p, _ := snowtest.TwoWorkers.Parse(id); p.Worker != 0 || p.UnixMilli <= lastCut {
 					t.Fatalf("successor id %+v not after the cut instance's last millisecond %d", p, lastCut)
 				}
 			}
 		})
-	}
-}
-
-func migratePG(t *testing.T, dbURL string) {
-	t.Helper()
-	s, err := postgres.Open(context.Background(), dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	db := stdlib.OpenDBFromPool(s.Pool())
-	defer db.Close()
-	if _, err := migrations.Up(context.Background(), db, migrations.PostgreSQL, nil); err != nil {
-		t.Fatal(err)
 	}
 }
