@@ -32,12 +32,20 @@ type losing struct {
 	lose atomic.Int64
 	seen atomic.Int64 // range requests received
 
-	mu  sync.Mutex
-	ids []string // their request IDs, in order
+	mu   sync.Mutex
+	ids  []string // their request IDs, in order
+	lost []string // the request IDs whose reply was lost, in order
+	// deadWhileLosing fails /id/live while replies are lost: a region
+	// that loses every reply looks down to a client's probe too.
+	deadWhileLosing bool
 }
 
 func (l *losing) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != "/v1/segments" {
+		if l.deadWhileLosing && r.URL.Path == "/id/live" && l.lose.Load() > 0 {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
 		l.api.ServeHTTP(w, r)
 		return
 	}
@@ -55,7 +63,18 @@ func (l *losing) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	l.api.ServeHTTP(httptest.NewRecorder(), r) // granted…
-	panic(http.ErrAbortHandler)                // …and the reply lost
+	l.mu.Lock()
+	l.lost = append(l.lost, req.RequestID)
+	l.mu.Unlock()
+	panic(http.ErrAbortHandler) // …and the reply lost
+}
+
+// lostIDs are the request IDs whose reply was lost: a request counted
+// before lose was set may still be answered.
+func (l *losing) lostIDs() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.lost...)
 }
 
 func (l *losing) requestIDs() []string {
