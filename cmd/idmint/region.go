@@ -161,16 +161,18 @@ func (c *regionConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.peerEvery, "region-peer-every", 30*time.Second, "how often the peers' shares are checked")
 }
 
-// servingRegion is the region an instance serves: core.RegionSource.
+// servingRegion is the region an instance serves: core.RegionSource. Its
+// share is the watcher's, read from the database while it runs (a split
+// fences it and adds an epoch).
 type servingRegion struct {
-	share   region.Share
+	share   region.Share // at start: the worker slot
 	workers *core.WorkerRange
 	watcher *peers.Watcher
 }
 
 // Region implements core.RegionSource.
 func (r *servingRegion) Region() core.RegionState {
-	return core.RegionState{Share: r.share, Workers: r.workers, Peers: r.watcher.Peers(), Conflict: r.watcher.Err()}
+	return core.RegionState{Share: r.watcher.Self(), Workers: r.workers, Peers: r.watcher.Peers(), Conflict: r.watcher.Err()}
 }
 
 // errRegionMismatch: the instance's --region and its database's share
@@ -205,7 +207,7 @@ func startRegion(ctx context.Context, c regionConfig, store *openedStore, logger
 	if err := share.Validate(); err != nil {
 		return nil, err
 	}
-	w := peers.New(peers.Config{Self: share, URLs: c.peerURLs, Every: c.peerEvery, Logger: logger})
+	w := peers.New(peers.Config{Self: share, Load: db.Share, URLs: c.peerURLs, Every: c.peerEvery, Logger: logger})
 	if err := w.Check(ctx); err != nil {
 		return nil, fmt.Errorf("%w: %w", errRegionMismatch, err)
 	}
