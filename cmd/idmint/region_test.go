@@ -134,7 +134,7 @@ type regionDoc struct {
 			} `json:"epochs"`
 		} `json:"share"`
 		Conflict any `json:"conflict"`
-		Peers []struct {
+		Peers    []struct {
 			Name   string `json:"name"`
 			Agrees bool   `json:"agrees"`
 		} `json:"peers"`
