@@ -103,10 +103,24 @@ func printShare(w io.Writer, s region.Share) {
 	}
 }
 
+// urlList is a flag that may be given many times, each value one whole
+// URL: unlike stringList it does not cut at commas, which separate the
+// hosts of a multi-host PostgreSQL URL (a Patroni cluster's).
+type urlList []string
+
+func (l *urlList) String() string { return strings.Join(*l, " ") }
+
+func (l *urlList) Set(v string) error {
+	*l = append(*l, strings.TrimSpace(v))
+	return nil
+}
+
+var _ flag.Value = (*urlList)(nil)
+
 // regionSplitFlags is `idmint region split`.
 func regionSplitFlags(fs *flag.FlagSet) runFunc {
-	var urls stringList
-	fs.Var(&urls, "database-url", "a region's database (repeat: every region's, and with --add the new region's, which has no share yet)")
+	var urls urlList
+	fs.Var(&urls, "database-url", "a region's database (repeat: every region's, and with --add the new region's, which has no share yet; a multi-host URL is one value)")
 	add := fs.String("add", "", "the region to add")
 	retire := fs.String("retire", "", "the region to retire")
 	at := fs.Int64("at", 0, "the boundary: the new epoch starts there (0: a cycle start above every database's highest max_id plus --margin)")

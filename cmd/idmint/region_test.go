@@ -6,10 +6,13 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idmint/idmint/testkit/pgtest"
 )
 
 // claimSQLite makes a SQLite database claimed as region name of regions,
@@ -210,4 +213,22 @@ func TestServe_RegionSplitPeers(t *testing.T) {
 	}
 	getID(t, euBase, "order")
 	getID(t, saBase, "order")
+}
+
+// TestRegion_SplitMultiHostURL: split takes a multi-host PostgreSQL URL (a
+// Patroni cluster's, hosts separated by commas) as one database, not as
+// several values cut at the commas.
+func TestRegion_SplitMultiHostURL(t *testing.T) {
+	eu := claimSQLite(t, "eu", "eu", "1000000")
+	sa := pgtest.Shared(t).NewDatabase(t)
+	idmint(t, "migrate", "--database-url", sa)
+	u, err := url.Parse(sa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host += ",127.0.0.1:1" // a second host, never reached: the first answers
+	out := idmint(t, "region", "split", "--add", "sa", "--database-url", eu, "--database-url", u.String())
+	if !strings.Contains(out, "regions eu,sa from there") {
+		t.Fatalf("split over a multi-host URL:\n%s", out)
+	}
 }
