@@ -143,7 +143,8 @@ func (w *Watcher) checkPeer(ctx context.Context, u string) Peer {
 			p.Agrees = true
 			return p
 		}
-		if w.cfg.Load == nil || now.Sub(since) >= w.cfg.Confirm || !sleep(ctx, w.cfg.Refresh) {
+		// A conflict seen already needs no confirming: it is sticky.
+		if w.cfg.Load == nil || w.Err() != nil || now.Sub(since) >= w.cfg.Confirm || !sleep(ctx, w.cfg.Refresh) {
 			p.Error = err.Error()
 			w.refuse(fmt.Errorf("peer %s: %w", u, err))
 			return p
