@@ -8,7 +8,7 @@ GO    ?= go
 IMAGE ?= idmint:dev
 BIN   ?= bin/idmint
 
-.PHONY: run dev-certs tools test test-helm test-clients test-java test-ts bench bench-http lint generate proto-baseline build image drill drill-ha drill-far drill-failover drill-runway fuzz mutate
+.PHONY: run dev-certs tools test test-helm test-clients test-java test-ts bench bench-http lint generate proto-baseline build image drill drill-ha drill-far drill-regions drill-failover drill-runway fuzz mutate
 
 # run builds the binary and execs it rather than `go run`: go run exits 1
 # after an interrupt whatever its child answered, so a clean Ctrl-C ended in
@@ -200,6 +200,32 @@ drill-ha:
 FAR_DURATION ?= 20s
 drill-far:
 	$(GO) run ./testkit/cmd/drill -go '$(GO)' -- -count=1 -timeout 10m -run '^TestDrillFar$$' ./testkit/faults -args -drill.far='$(FAR_DURATION)'
+
+# drill-regions is the regions drill (TestDrillRegions in cmd/idmint,
+# docs/regions.md "The drill"): three regions on loopback (two PostgreSQL
+# servers and a Patroni pair), each claimed with `idmint region claim` and
+# served by two `idmint serve` processes with their peers, Go clients and
+# GET /id callers in each under load; one region's database killed and its
+# instances SIGKILLed, then restored; a region added by `idmint region
+# split`; a second database claimed as one region refused beside its peers,
+# then served without them as the negative control; every region's segment
+# log read. It prints its drill report (a figure per phase) and fails on
+# the test's verdict. Needs what drill-ha needs. Shape it with
+# DRILL_REGIONS_STEADY, _DOWN, _BACK, _ADDED (each phase's load; 10s, 15s,
+# 10s, 15s), _BLOCK (20000), _STEP (500) and _WAIT (a Go caller's
+# deadline, 5s), passed as flags, e.g. make drill-regions DRILL_REGIONS_DOWN=30s
+DRILL_REGIONS_STEADY ?= 10s
+DRILL_REGIONS_DOWN   ?= 15s
+DRILL_REGIONS_BACK   ?= 10s
+DRILL_REGIONS_ADDED  ?= 15s
+DRILL_REGIONS_BLOCK  ?= 20000
+DRILL_REGIONS_STEP   ?= 500
+DRILL_REGIONS_WAIT   ?= 5s
+drill-regions:
+	$(GO) run ./testkit/cmd/drill -go '$(GO)' -- -count=1 -timeout 10m -run '^TestDrillRegions$$' ./cmd/idmint -args -drill.regions \
+	-drill.regions.steady='$(DRILL_REGIONS_STEADY)' -drill.regions.down='$(DRILL_REGIONS_DOWN)' -drill.regions.back='$(DRILL_REGIONS_BACK)' \
+	-drill.regions.added='$(DRILL_REGIONS_ADDED)' -drill.regions.block='$(DRILL_REGIONS_BLOCK)' -drill.regions.step='$(DRILL_REGIONS_STEP)' \
+	-drill.regions.wait='$(DRILL_REGIONS_WAIT)'
 
 # drill-failover repeats the failover tests on real streaming replication
 # (a lagging asynchronous standby promoted, a disconnected one promoted after

@@ -121,3 +121,27 @@ func BlockFits(block, maxStep int64) error {
 	}
 	return nil
 }
+
+// Grown reports whether cur can be what a database whose share was old
+// holds now: the same region and worker slot, old's epochs first with the
+// same blocks, regions and index, each as fenced as before (an open one
+// maybe fenced since, the last one's fence maybe raised, as a split's phase
+// 1 does), maybe more epochs above. Anything else wraps ErrShareDiffers: a
+// share is written once and only extended.
+func Grown(old, cur Share) error {
+	if err := cur.Validate(); err != nil {
+		return err
+	}
+	if old.Name != cur.Name || old.WorkerSlot != cur.WorkerSlot || old.WorkerSlots != cur.WorkerSlots || len(cur.Epochs) < len(old.Epochs) {
+		return fmt.Errorf("%w: it was region %q (worker slot %d of %d) with epochs %v, it is %q (worker slot %d of %d) with %v", ErrShareDiffers,
+			old.Name, old.WorkerSlot, old.WorkerSlots, old.Epochs, cur.Name, cur.WorkerSlot, cur.WorkerSlots, cur.Epochs)
+	}
+	for i, e := range old.Epochs {
+		c := cur.Epochs[i]
+		raised := i == len(old.Epochs)-1 && !e.Open() && !c.Open() && c.To > e.To
+		if !e.sameScheme(c) || e.Index != c.Index || (e.To != c.To && !e.Open() && !raised) {
+			return fmt.Errorf("%w: its epoch %s is now %s", ErrShareDiffers, e, c)
+		}
+	}
+	return nil
+}

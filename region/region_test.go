@@ -261,3 +261,38 @@ func epochOf(epochs []Epoch, id int64) Epoch {
 	}
 	return Epoch{}
 }
+
+// TestGrown: what a split does to a database's share (a fence, a raised
+// fence, a new epoch above it) is growth; anything else differs.
+func TestGrown(t *testing.T) {
+	regions := []string{"eu", "us"}
+	open := []Epoch{{From: 1, Block: 1000, Regions: regions}}
+	fenced := []Epoch{{From: 1, To: 5001, Block: 1000, Regions: regions}}
+	raised := []Epoch{{From: 1, To: 7001, Block: 1000, Regions: regions}}
+	split := append(fenced[:1:1], Epoch{From: 5001, Block: 1000, Regions: []string{"eu", "us", "ap"}})
+	tests := []struct {
+		name     string
+		old, cur Share
+		ok       bool
+	}{
+		{"unchanged", shareOf(open, 0), shareOf(open, 0), true},
+		{"fenced", shareOf(open, 0), shareOf(fenced, 0), true},
+		{"fence raised", shareOf(fenced, 0), shareOf(raised, 0), true},
+		{"split", shareOf(open, 0), shareOf(split, 0), true},
+		{"split after the fence", shareOf(fenced, 0), shareOf(split, 0), true},
+		{"unfenced", shareOf(fenced, 0), shareOf(open, 0), false},
+		{"fence lowered", shareOf(raised, 0), shareOf(fenced, 0), false},
+		{"another region", shareOf(open, 0), shareOf(open, 1), false},
+		{"another block", shareOf(open, 0), shareOf([]Epoch{{From: 1, Block: 999, Regions: regions}}, 0), false},
+		{"an epoch gone", shareOf(split, 0), shareOf(fenced, 0), false},
+		{"another worker slot", shareOf(open, 0), Share{Name: "eu", Epochs: shareOf(open, 0).Epochs, WorkerSlot: 1, WorkerSlots: 2}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := Grown(tt.old, tt.cur)
+			if (err == nil) != tt.ok || (err != nil && !errors.Is(err, ErrShareDiffers)) {
+				t.Fatalf("Grown = %v; want ok %v", err, tt.ok)
+			}
+		})
+	}
+}

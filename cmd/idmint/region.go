@@ -103,10 +103,24 @@ func printShare(w io.Writer, s region.Share) {
 	}
 }
 
+// urlList is a flag that may be given many times, each value one whole
+// URL: unlike stringList it does not cut at commas, which separate the
+// hosts of a multi-host PostgreSQL URL (a Patroni cluster's).
+type urlList []string
+
+func (l *urlList) String() string { return strings.Join(*l, " ") }
+
+func (l *urlList) Set(v string) error {
+	*l = append(*l, strings.TrimSpace(v))
+	return nil
+}
+
+var _ flag.Value = (*urlList)(nil)
+
 // regionSplitFlags is `idmint region split`.
 func regionSplitFlags(fs *flag.FlagSet) runFunc {
-	var urls stringList
-	fs.Var(&urls, "database-url", "a region's database (repeat: every region's, and with --add the new region's, which has no share yet)")
+	var urls urlList
+	fs.Var(&urls, "database-url", "a region's database (repeat: every region's, and with --add the new region's, which has no share yet; a multi-host URL is one value)")
 	add := fs.String("add", "", "the region to add")
 	retire := fs.String("retire", "", "the region to retire")
 	at := fs.Int64("at", 0, "the boundary: the new epoch starts there (0: a cycle start above every database's highest max_id plus --margin)")
@@ -161,16 +175,18 @@ func (c *regionConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.peerEvery, "region-peer-every", 30*time.Second, "how often the peers' shares are checked")
 }
 
-// servingRegion is the region an instance serves: core.RegionSource.
+// servingRegion is the region an instance serves: core.RegionSource. Its
+// share is the watcher's, read from the database while it runs (a split
+// fences it and adds an epoch).
 type servingRegion struct {
-	share   region.Share
+	share   region.Share // at start: the worker slot
 	workers *core.WorkerRange
 	watcher *peers.Watcher
 }
 
 // Region implements core.RegionSource.
 func (r *servingRegion) Region() core.RegionState {
-	return core.RegionState{Share: r.share, Workers: r.workers, Peers: r.watcher.Peers(), Conflict: r.watcher.Err()}
+	return core.RegionState{Share: r.watcher.Self(), Workers: r.workers, Peers: r.watcher.Peers(), Conflict: r.watcher.Err()}
 }
 
 // errRegionMismatch: the instance's --region and its database's share
@@ -205,7 +221,7 @@ func startRegion(ctx context.Context, c regionConfig, store *openedStore, logger
 	if err := share.Validate(); err != nil {
 		return nil, err
 	}
-	w := peers.New(peers.Config{Self: share, URLs: c.peerURLs, Every: c.peerEvery, Logger: logger})
+	w := peers.New(peers.Config{Self: share, Load: db.Share, URLs: c.peerURLs, Every: c.peerEvery, Logger: logger})
 	if err := w.Check(ctx); err != nil {
 		return nil, fmt.Errorf("%w: %w", errRegionMismatch, err)
 	}

@@ -6,10 +6,13 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idmint/idmint/testkit/pgtest"
 )
 
 // claimSQLite makes a SQLite database claimed as region name of regions,
@@ -129,8 +132,12 @@ type regionDoc struct {
 		Share struct {
 			WorkerSlot  int `json:"worker_slot"`
 			WorkerSlots int `json:"worker_slots"`
+			Epochs      []struct {
+				To string `json:"to"`
+			} `json:"epochs"`
 		} `json:"share"`
-		Peers []struct {
+		Conflict any `json:"conflict"`
+		Peers    []struct {
 			Name   string `json:"name"`
 			Agrees bool   `json:"agrees"`
 		} `json:"peers"`
@@ -165,4 +172,63 @@ func getID(t *testing.T, base, tag string) int64 {
 		t.Fatalf("GET /id: %d, %v", resp.StatusCode, err)
 	}
 	return r.ID
+}
+
+// TestServe_RegionSplitPeers: a region added by split to a deployment whose
+// instances check each other serves beside them, and the instances started
+// before the split say the share their database has now (fenced, with the
+// new epoch) and still agree with each other: an instance reads its share
+// from its database while it runs, not once at start, so that a peer's
+// split is never taken for an overlap.
+func TestServe_RegionSplitPeers(t *testing.T) {
+	eu := claimSQLite(t, "eu", "eu,us", "1000000")
+	us := claimSQLite(t, "us", "eu,us", "1000000")
+	usBase, _ := startServe(t, "--database-url", us, "--region", "us", "--tag", "order")
+	euBase, _ := startServe(t, "--database-url", eu, "--region", "eu", "--tag", "order",
+		"--region-peer", usBase, "--region-peer-every", "1s")
+	getID(t, euBase, "order")
+	getID(t, usBase, "order")
+
+	sa := "sqlite://" + filepath.Join(t.TempDir(), "sa.db")
+	idmint(t, "migrate", "--database-url", sa)
+	idmint(t, "region", "split", "--database-url", eu, "--database-url", us, "--database-url", sa, "--add", "sa")
+	saBase, _ := startServe(t, "--database-url", sa, "--region", "sa", "--tag", "order",
+		"--region-peer", euBase, "--region-peer", usBase)
+	// The new epoch starts at a cycle of 2 blocks above the highest max_id
+	// plus one cycle: 4,000,001 here; sa is its index 2 of 3.
+	if id := getID(t, saBase, "order"); id < 4_000_001 || (id-4_000_001)/1_000_000%3 != 2 {
+		t.Fatalf("region sa handed out %d, not in its blocks of the new epoch", id)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h := regionHealth(t, euBase)
+		if len(h.Region.Share.Epochs) == 2 && h.Region.Share.Epochs[0].To == "4000001" &&
+			len(h.Region.Peers) == 1 && h.Region.Peers[0].Agrees && h.Region.Conflict == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("eu's health 10 s after the split: share %+v, peers %+v, conflict %v", h.Region.Share, h.Region.Peers, h.Region.Conflict)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	getID(t, euBase, "order")
+	getID(t, saBase, "order")
+}
+
+// TestRegion_SplitMultiHostURL: split takes a multi-host PostgreSQL URL (a
+// Patroni cluster's, hosts separated by commas) as one database, not as
+// several values cut at the commas.
+func TestRegion_SplitMultiHostURL(t *testing.T) {
+	eu := claimSQLite(t, "eu", "eu", "1000000")
+	sa := pgtest.Shared(t).NewDatabase(t)
+	idmint(t, "migrate", "--database-url", sa)
+	u, err := url.Parse(sa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host += ",127.0.0.1:1" // a second host, never reached: the first answers
+	out := idmint(t, "region", "split", "--add", "sa", "--database-url", eu, "--database-url", u.String())
+	if !strings.Contains(out, "regions eu,sa from there") {
+		t.Fatalf("split over a multi-host URL:\n%s", out)
+	}
 }

@@ -5,7 +5,14 @@
 // blocks, that claims this region's index or name, or its worker slot. A
 // peer that cannot be reached is reported, not fatal.
 //
-//	w := peers.New(peers.Config{Self: share, URLs: urls})
+// With Config.Load, the watcher reads this region's share from its database
+// every Config.Refresh while it runs, so that a split (a fence, a new
+// epoch) shows in what the instance says and compares without a restart;
+// and a disagreement counts only once it has lasted Config.Confirm, read
+// again on both sides: while a split runs, an instance and its peer may
+// read their databases on either side of it for a moment.
+//
+//	w := peers.New(peers.Config{Self: share, Load: db.Share, URLs: urls})
 //	w.Check(ctx)            // before serving: w.Err() != nil refuses
 //	go w.Run(ctx)           // then every Config.Every
 //	store = peers.Gate(store, w)
@@ -38,7 +45,18 @@ type Peer struct {
 
 // Config configures a Watcher.
 type Config struct {
+	// Self is this region's share at start.
 	Self region.Share
+	// Load, if set, reads this region's share from its database: every
+	// Refresh, and again before a disagreement counts. A share that did not
+	// grow from the one before (region.Grown) is a conflict.
+	Load func(context.Context) (region.Share, error)
+	// Refresh is how often Load runs (default 500ms).
+	Refresh time.Duration
+	// Confirm is how long a peer must go on disagreeing, rechecked every
+	// Refresh, before it is a conflict (default 2s); without Load the first
+	// disagreement is one.
+	Confirm time.Duration
 	// URLs are the peers' base URLs (http://host:port).
 	URLs []string
 	// Every is how often the peers are asked (default 30s).
@@ -52,7 +70,8 @@ type Config struct {
 type Watcher struct {
 	cfg Config
 
-	mu       sync.Mutex // protects peers and conflict
+	mu       sync.Mutex // protects self, peers and conflict
+	self     region.Share
 	peers    []Peer
 	conflict error // the first disagreement seen; sticky until restart
 }
@@ -71,7 +90,13 @@ func New(cfg Config) *Watcher {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	w := &Watcher{cfg: cfg}
+	if cfg.Refresh <= 0 {
+		cfg.Refresh = 500 * time.Millisecond
+	}
+	if cfg.Confirm <= 0 {
+		cfg.Confirm = 2 * time.Second
+	}
+	w := &Watcher{cfg: cfg, self: cfg.Self}
 	for _, u := range cfg.URLs {
 		w.peers = append(w.peers, Peer{URL: u})
 	}
@@ -85,31 +110,88 @@ type healthDoc struct {
 	} `json:"region"`
 }
 
-// Check asks every peer once, and returns the conflict seen (now or
-// before), nil when every peer that answered agrees.
+// Check reads this region's share (with Config.Load), asks every peer once,
+// and returns the conflict seen (now or before), nil when every peer that
+// answered agrees.
 func (w *Watcher) Check(ctx context.Context) error {
+	w.reload(ctx)
 	for i, u := range w.cfg.URLs {
-		p := Peer{URL: u}
-		now := w.cfg.Now().UTC()
-		p.CheckedAt = &now
-		share, err := w.fetch(ctx, u)
-		switch {
-		case err != nil:
-			p.Error = err.Error()
-		default:
-			p.Reachable, p.Name = true, share.Name
-			if err := region.Compatible(w.cfg.Self, share); err != nil {
-				p.Error = err.Error()
-				w.refuse(fmt.Errorf("peer %s: %w", u, err))
-			} else {
-				p.Agrees = true
-			}
-		}
+		p := w.checkPeer(ctx, u)
 		w.mu.Lock()
 		w.peers[i] = p
 		w.mu.Unlock()
 	}
 	return w.Err()
+}
+
+// checkPeer asks the peer at u for its share and compares it with this
+// region's; a disagreement is asked again, with this region's share read
+// again, every Refresh until it has lasted Confirm (with Load).
+func (w *Watcher) checkPeer(ctx context.Context, u string) Peer {
+	since := w.cfg.Now()
+	for {
+		now := w.cfg.Now().UTC()
+		p := Peer{URL: u, CheckedAt: &now}
+		share, err := w.fetch(ctx, u)
+		if err != nil {
+			p.Error = err.Error()
+			return p
+		}
+		p.Reachable, p.Name = true, share.Name
+		err = region.Compatible(w.Self(), share)
+		if err == nil {
+			p.Agrees = true
+			return p
+		}
+		// A conflict seen already needs no confirming: it is sticky.
+		if w.cfg.Load == nil || w.Err() != nil || now.Sub(since) >= w.cfg.Confirm || !sleep(ctx, w.cfg.Refresh) {
+			p.Error = err.Error()
+			w.refuse(fmt.Errorf("peer %s: %w", u, err))
+			return p
+		}
+		w.reload(ctx)
+	}
+}
+
+// reload reads this region's share with Config.Load. A database that
+// cannot be read leaves the share as it was; one whose share did not grow
+// from it is a conflict.
+func (w *Watcher) reload(ctx context.Context) {
+	if w.cfg.Load == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.Refresh)
+	defer cancel()
+	cur, err := w.cfg.Load(ctx)
+	if err != nil {
+		return // the database's own health says it is unreachable
+	}
+	if err := region.Grown(w.Self(), cur); err != nil {
+		w.refuse(fmt.Errorf("the database's share changed under the instance: %w", err))
+		return
+	}
+	w.mu.Lock()
+	w.self = cur
+	w.mu.Unlock()
+}
+
+// Self returns this region's share as last read.
+func (w *Watcher) Self() region.Share {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.self
+}
+
+// sleep waits d; false if ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 func (w *Watcher) refuse(err error) {
@@ -144,14 +226,23 @@ func (w *Watcher) fetch(ctx context.Context, base string) (region.Share, error) 
 	return doc.Region.Share, nil
 }
 
-// Run checks the peers every Config.Every until ctx ends.
+// Run checks the peers every Config.Every, and reads this region's share
+// every Config.Refresh (with Load), until ctx ends.
 func (w *Watcher) Run(ctx context.Context) {
 	t := time.NewTicker(w.cfg.Every)
 	defer t.Stop()
+	var refresh <-chan time.Time
+	if w.cfg.Load != nil {
+		r := time.NewTicker(w.cfg.Refresh)
+		defer r.Stop()
+		refresh = r.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-refresh:
+			w.reload(ctx)
 		case <-t.C:
 			_ = w.Check(ctx)
 		}
