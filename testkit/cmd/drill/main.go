@@ -78,6 +78,9 @@ type summary struct {
 // summarise reads go test -json from r, echoing to w as it goes.
 func summarise(r io.Reader, w io.Writer, verbose bool) *summary {
 	s := &summary{outputs: map[string][]string{}}
+	// test2json cuts a long line into several output events; a line is
+	// whole once its newline came.
+	partial := map[string]string{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
@@ -89,6 +92,12 @@ func summarise(r io.Reader, w io.Writer, verbose bool) *summary {
 		key := e.Package + " " + e.Test
 		switch e.Action {
 		case "output":
+			e.Output = partial[key] + e.Output
+			if !strings.HasSuffix(e.Output, "\n") {
+				partial[key] = e.Output
+				continue
+			}
+			delete(partial, key)
 			if rep, ok := drill.Parse(e.Output); ok {
 				s.reports = append(s.reports, rep)
 				fmt.Fprint(w, line(rep))

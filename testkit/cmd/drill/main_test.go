@@ -30,6 +30,32 @@ func report(t *testing.T, verdict string) string {
 	return strings.TrimSpace(b.String())
 }
 
+// TestSummarise_LongLine: a report test2json cut into several output
+// events (it cuts long lines) is read whole.
+func TestSummarise_LongLine(t *testing.T) {
+	var b strings.Builder
+	big := map[string]any{}
+	for i := range 500 {
+		big[strings.Repeat("k", 20)+string(rune('a'+i%26))+strings.Repeat("x", i%7)] = i
+	}
+	if err := drill.Write(&b, &drill.Report{Drill: "regions", Test: "TestDrill", Verdict: "ok", Figures: big}); err != nil {
+		t.Fatal(err)
+	}
+	line := b.String()
+	var in strings.Builder
+	enc := json.NewEncoder(&in)
+	for len(line) > 0 {
+		n := min(len(line), 1000)
+		enc.Encode(event{Action: "output", Package: "p", Test: "TestDrill", Output: line[:n]})
+		line = line[n:]
+	}
+	enc.Encode(event{Action: "pass", Package: "p", Test: "TestDrill"})
+	s := summarise(strings.NewReader(in.String()), io.Discard, false)
+	if len(s.reports) != 1 || s.verdict(io.Discard, nil, 1) != 0 {
+		t.Fatalf("%d reports from a line in pieces, want 1", len(s.reports))
+	}
+}
+
 // TestVerdict: a drill passes only with its reports all ok; one that
 // skipped (no report), a FAIL report or a failed test fails, whatever the
 // log says.
