@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/idmint/idmint/segment"
+	"github.com/idmint/idmint/wire"
 )
 
 // Errors returned by a Client.
@@ -190,11 +191,17 @@ type Client struct {
 	// last range (map[string]string).
 	lastFrom sync.Map
 
-	mu sync.Mutex // protects closed and probing, and orders the moves
+	// shares holds the share each region sent last, and a conflict
+	// between them (several regions only).
+	shares shares
+
+	mu sync.Mutex // protects closed, probing and refusing, and orders the moves
 	// closed is set by Close.
 	closed bool
 	// probing is set while probeHome runs.
 	probing bool
+	// refusing is set once the regions' shares conflict (refuseAll).
+	refusing bool
 	// ctx ends the probing at Close; bg tracks the probe and the stints
 	// closing in the background.
 	ctx    context.Context
@@ -214,7 +221,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, err
 	}
 	own := cfg.setDefaults()
-	c := &Client{cfg: cfg, transport: own}
+	c := &Client{cfg: cfg, transport: own, shares: shares{last: map[int]wire.Share{}}}
 	for i, cr := range cfg.Regions {
 		r := &region{name: cr.Name, index: i, floors: map[string]int64{}}
 		for _, raw := range cr.URLs {
@@ -234,7 +241,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 			cctx, cancel := context.WithTimeout(context.Background(), cfg.AttemptTimeout)
 			c.Close(cctx)
 			cancel()
-			return nil, fmt.Errorf("client: load %q: %w", tag, callerErr(err))
+			return nil, fmt.Errorf("client: load %q: %w", tag, c.callerErr(err))
 		}
 	}
 	return c, nil
@@ -263,7 +270,7 @@ func (c *Client) nextSlow(ctx context.Context, tag string) (int64, error) {
 		id, err = s.Next(ctx, tag)
 		return err
 	})
-	return id, callerErr(err)
+	return id, c.callerErr(err)
 }
 
 // NextN returns n IDs of tag, increasing. On error it also returns the IDs
@@ -289,17 +296,22 @@ func (c *Client) NextN(ctx context.Context, tag string, n int) ([]int64, error) 
 	if p, ok := err.(*partial); ok {
 		err = p.err
 	}
-	return ids, callerErr(err)
+	return ids, c.callerErr(err)
 }
 
 // callerErr is err as the client's caller sees it: the Set's ErrClosed as
-// the client's, and an instance's final refusal (APIError.final: 400, 401,
-// 403, 404) as that refusal alone, not wrapped in the buffer's
-// ErrUnavailable ("no ids available, retry in …"), so that a caller that
-// retries on ErrUnavailable does not retry a refusal forever.
-func callerErr(err error) error {
+// the client's, the regions' conflicting shares (ErrSharesOverlap) and an
+// instance's final refusal (APIError.final: 400, 401, 403, 404) as
+// themselves, not wrapped in the buffer's ErrUnavailable ("no ids
+// available, retry in …"), so that a caller that retries on
+// ErrUnavailable does not retry a refusal forever.
+func (c *Client) callerErr(err error) error {
 	var refused *APIError
 	switch {
+	case err == nil:
+		return nil
+	case c.shares.err() != nil:
+		return c.shares.err()
 	case errors.Is(err, segment.ErrClosed):
 		return ErrClosed
 	case errors.As(err, &refused) && refused.final():
@@ -332,6 +344,9 @@ type Stats struct {
 	Failovers, Returns int64
 	// Regions holds each region's counters, home first.
 	Regions []RegionStats
+	// Conflict is why the client hands out no more IDs (ErrSharesOverlap:
+	// two regions' shares may overlap), nil while it does.
+	Conflict error
 }
 
 // Stats returns a snapshot of every tag's buffer and of the regions.
@@ -341,6 +356,7 @@ func (c *Client) Stats() Stats {
 		Tags: st.set.Stats(), Requests: c.requests.Load(), Region: st.region.name,
 		LastRangeFrom: map[string]string{},
 		Failovers:     c.failovers.Load(), Returns: c.returns.Load(),
+		Conflict: c.shares.err(),
 	}
 	c.lastFrom.Range(func(tag, name any) bool {
 		out.LastRangeFrom[tag.(string)] = name.(string)

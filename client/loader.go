@@ -101,6 +101,9 @@ func (g rangeSource) Grant(ctx context.Context, req segment.Ask) (segment.Grant,
 	if g.st.down.Load() {
 		return segment.Grant{}, g.st.refusal()
 	}
+	if err := g.c.conflictRefusal(); err != nil {
+		return segment.Grant{}, err
+	}
 	gr, err := g.grant(ctx, req)
 	g.st.settle(req, err)
 	return gr, err
@@ -113,10 +116,16 @@ func (g rangeSource) grant(ctx context.Context, req segment.Ask) (segment.Grant,
 	// that the range granted is one the buffer serves. Another region's
 	// IDs lie in another share: its floor is never sent here.
 	r := g.st.region
-	gr, err := g.c.round(ctx, r, req, max(req.Floor, g.st.set.Floor(req.Tag), r.floor(req.Tag)))
+	gr, share, err := g.c.round(ctx, r, req, max(req.Floor, g.st.set.Floor(req.Tag), r.floor(req.Tag)))
 	var refused *APIError
 	switch {
 	case err == nil:
+		// A range whose share may overlap another region's is not served:
+		// it is a gap, and the client serves nothing more.
+		if err := g.c.shares.check(g.c.regions, r, gr.First, gr.Last, share); err != nil {
+			g.c.refuseAll(err)
+			return segment.Grant{}, segment.Classify(segment.ErrRefused, err)
+		}
 		r.raise(req.Tag, gr.Last)
 		g.c.lastFrom.Store(req.Tag, r.name)
 		return gr, nil
@@ -156,29 +165,30 @@ func (g rangeSource) GiveBack(ctx context.Context, req segment.Ask, r segment.Ra
 }
 
 // round sends req to every instance of r once, starting with the one that
-// answered last, and returns the first answer.
-func (c *Client) round(ctx context.Context, r *region, req segment.Ask, floor int64) (segment.Grant, error) {
+// answered last, and returns the first answer, with the share it carried.
+func (c *Client) round(ctx context.Context, r *region, req segment.Ask, floor int64) (segment.Grant, *wire.Share, error) {
 	n := len(r.urls)
 	start := int(r.preferred.Load())
 	var errs []error
 	for i := range n {
 		u := (start + i) % n
-		g, err := c.grant(ctx, r.urls[u], req, floor)
+		g, share, err := c.grant(ctx, r.urls[u], req, floor)
 		var refused *APIError
 		if err == nil || (errors.As(err, &refused) && refused.settled()) {
 			r.preferred.Store(int64(u))
-			return g, err
+			return g, share, err
 		}
 		errs = append(errs, err)
 		if ctx.Err() != nil {
 			break
 		}
 	}
-	return segment.Grant{}, errors.Join(errs...)
+	return segment.Grant{}, nil, errors.Join(errs...)
 }
 
-// grant sends one range request to the instance at base.
-func (c *Client) grant(ctx context.Context, base string, req segment.Ask, floor int64) (segment.Grant, error) {
+// grant sends one range request to the instance at base, and returns the
+// range and the share of the region that granted it (nil: none sent).
+func (c *Client) grant(ctx context.Context, base string, req segment.Ask, floor int64) (segment.Grant, *wire.Share, error) {
 	c.requests.Add(1)
 	tag := req.Tag
 	var reply wire.SegmentResponse
@@ -188,10 +198,10 @@ func (c *Client) grant(ctx context.Context, base string, req segment.Ask, floor 
 	body := wire.SegmentRequest{Tag: tag, Size: req.Size, RequestID: req.ID.String(), HolderKey: req.Key, Floor: floor}
 	err := c.post(ctx, base+wire.PathSegments, body, &reply, "Idempotency-Key", req.ID.String())
 	if err != nil {
-		return segment.Grant{}, withTag(err, tag)
+		return segment.Grant{}, nil, withTag(err, tag)
 	}
 	if reply.RequestID != req.ID.String() || reply.Tag != tag || reply.First < 1 || reply.Last < reply.First {
-		return segment.Grant{}, fmt.Errorf("idmint %s answered request %s for %q with request %s for %q, range [%d, %d]",
+		return segment.Grant{}, nil, fmt.Errorf("idmint %s answered request %s for %q with request %s for %q, range [%d, %d]",
 			base, req.ID, tag, reply.RequestID, reply.Tag, reply.First, reply.Last)
 	}
 	return segment.Grant{
@@ -203,7 +213,7 @@ func (c *Client) grant(ctx context.Context, base string, req segment.Ask, floor 
 		// The tag's own runway replaces Config.Runway in the buffer when
 		// above 0, as in an instance's (segment.Grant.Runway).
 		Runway: runwayOf(reply.RunwaySeconds),
-	}, nil
+	}, reply.Region, nil
 }
 
 // giveBack returns r, the unused tail of req's range, with req's holder

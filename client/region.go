@@ -153,7 +153,7 @@ func (c *Client) inRegions(ctx context.Context, f func(context.Context, *segment
 func (c *Client) failOver(ctx context.Context, st *stint, err error) bool {
 	var refused *APIError
 	switch {
-	case len(c.regions) == 1 || ctx.Err() != nil || c.isClosed() || errors.As(err, new(*partial)):
+	case len(c.regions) == 1 || ctx.Err() != nil || c.isClosed() || errors.As(err, new(*partial)) || c.shares.err() != nil:
 		return false
 	case st.ctx.Err() != nil:
 		return true
@@ -256,7 +256,7 @@ func (c *Client) probeHome(ctx context.Context) {
 // closed).
 func (c *Client) tryReturn(ctx context.Context) bool {
 	home := c.regions[0]
-	if c.serving.Load().region == home {
+	if c.serving.Load().region == home || c.shares.err() != nil {
 		return c.stopProbing()
 	}
 	if !c.live(ctx, home) {
@@ -275,7 +275,7 @@ func (c *Client) tryReturn(ctx context.Context) bool {
 	cancel()
 	c.mu.Lock()
 	switch {
-	case c.closed || c.serving.Load().region == home:
+	case c.closed || c.refusing || c.serving.Load().region == home:
 		c.probing = false
 		c.mu.Unlock()
 		c.closeStint(st)
@@ -295,12 +295,12 @@ func (c *Client) tryReturn(ctx context.Context) bool {
 }
 
 // stopProbing ends the probing, and reports true, when home serves (or
-// the client is closed); checked under the lock, so that a move away from
+// the client is closed, or refuses every call); checked under the lock, so that a move away from
 // home made meanwhile, which saw the probing still on, keeps it on.
 func (c *Client) stopProbing() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.closed && c.serving.Load().region != c.regions[0] {
+	if !c.closed && !c.refusing && c.serving.Load().region != c.regions[0] {
 		return false
 	}
 	c.probing = false

@@ -158,8 +158,13 @@ func (c *Core) GrantRange(ctx context.Context, who Caller, req GrantRequest) (wi
 	if seg.Lead > 0 {
 		c.observeFloor(req.Tag, seg.Lead, false)
 	}
-	return wire.SegmentResponse{Tag: req.Tag, RequestID: id.String(), First: seg.First, Last: seg.Last,
-		Step: seg.Step, MaxStep: seg.MaxStep, Recovered: recovered, RunwaySeconds: seg.Runway.Seconds()}, nil
+	resp := wire.SegmentResponse{Tag: req.Tag, RequestID: id.String(), First: seg.First, Last: seg.Last,
+		Step: seg.Step, MaxStep: seg.MaxStep, Recovered: recovered, RunwaySeconds: seg.Runway.Seconds()}
+	if c.cfg.Region != nil {
+		share := c.cfg.Region.Holding(ctx, seg.First, seg.Last)
+		resp.Region = &share
+	}
+	return resp, nil
 }
 
 // GiveBack gives the unused tail of a range back, from its holder only. A

@@ -1,6 +1,8 @@
 package core
 
 import (
+	"context"
+
 	"github.com/idmint/idmint/region"
 	"github.com/idmint/idmint/region/peers"
 	"github.com/idmint/idmint/segment"
@@ -10,6 +12,10 @@ import (
 // database's share, its worker IDs, its peers and whether one disagrees.
 type RegionSource interface {
 	Region() RegionState
+	// Holding is the share that holds [first, last], a range just
+	// granted: read again from the database when the one in memory does
+	// not (a split landed since it was read).
+	Holding(ctx context.Context, first, last int64) region.Share
 }
 
 // RegionState is what a RegionSource says.

@@ -499,6 +499,8 @@ type staticRegion struct{ st core.RegionState }
 
 func (r staticRegion) Region() core.RegionState { return r.st }
 
+func (r staticRegion) Holding(context.Context, int64, int64) region.Share { return r.st.Share }
+
 // memAllocator is an allocator on a memory store with tags of step 1000.
 func memAllocator(t *testing.T, tags ...string) *allocator.Allocator {
 	t.Helper()

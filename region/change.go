@@ -19,15 +19,6 @@ var (
 	ErrBlockBelowStep = errors.New("block smaller than a tag's max_step")
 )
 
-// IsZero reports whether s is no share: a single-region database.
-func (s Share) IsZero() bool { return s.Name == "" && len(s.Epochs) == 0 }
-
-// Equal reports whether s and o are the same share.
-func (s Share) Equal(o Share) bool {
-	return s.Name == o.Name && s.WorkerSlot == o.WorkerSlot && s.WorkerSlots == o.WorkerSlots &&
-		slices.EqualFunc(s.Epochs, o.Epochs, func(a, b Epoch) bool { return a.sameScheme(b) && a.To == b.To && a.Index == b.Index })
-}
-
 // Extend returns the epochs a database whose share is have must add to
 // hold want: none when it holds it already. want must be valid; have must
 // be no share, or the same region and worker slot whose epochs are the
@@ -139,7 +130,7 @@ func Grown(old, cur Share) error {
 	for i, e := range old.Epochs {
 		c := cur.Epochs[i]
 		raised := i == len(old.Epochs)-1 && !e.Open() && !c.Open() && c.To > e.To
-		if !e.sameScheme(c) || e.Index != c.Index || (e.To != c.To && !e.Open() && !raised) {
+		if !e.SameScheme(c) || e.Index != c.Index || (e.To != c.To && !e.Open() && !raised) {
 			return fmt.Errorf("%w: its epoch %s is now %s", ErrShareDiffers, e, c)
 		}
 	}

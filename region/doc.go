@@ -1,11 +1,8 @@
-// Package region is the arithmetic of a deployment of several regions, each
-// with its own database, that share one ID space: which IDs a region's
-// database may grant (its share), and whether two regions' shares can be
-// told apart.
-//
-// A share is a list of epochs. An epoch [From, To) is cut into blocks of
-// Block IDs; block j = (id - From) / Block belongs to region j mod N, where
-// N is len(Regions). A database grants only the IDs of its own blocks:
+// Package region is what a deployment of several regions, each with its
+// own database, needs beyond the share's arithmetic (wire/share, named here
+// as region.Share and region.Epoch): claiming a share, splitting and
+// fencing shares to add or retire a region, and the bounds a database's
+// tags must keep inside its share.
 //
 //	s := region.Share{Name: "us", Epochs: []region.Epoch{{From: 1, Block: 1000, Regions: []string{"eu", "us"}, Index: 1}}}
 //	first, last, _ := s.NextOwned(0) // 1001, 2000: block 1 is us's

@@ -205,7 +205,20 @@ func (h segments) grantRange(ctx context.Context, c caller, m *idmintv1.GrantRan
 		return nil, err
 	}
 	return &idmintv1.GrantRangeResponse{BizTag: out.Tag, RequestId: out.RequestID, First: out.First,
-		Last: out.Last, Step: out.Step, MaxStep: out.MaxStep, Recovered: out.Recovered, RunwaySeconds: out.RunwaySeconds}, nil
+		Last: out.Last, Step: out.Step, MaxStep: out.MaxStep, Recovered: out.Recovered, RunwaySeconds: out.RunwaySeconds,
+		Region: regionShare(out.Region)}, nil
+}
+
+// regionShare is a range reply's share in the schema's shape (nil: none).
+func regionShare(s *wire.Share) *idmintv1.RegionShare {
+	if s == nil {
+		return nil
+	}
+	out := &idmintv1.RegionShare{Name: s.Name, WorkerSlot: int32(s.WorkerSlot), WorkerSlots: int32(s.WorkerSlots)}
+	for _, e := range s.Epochs {
+		out.Epochs = append(out.Epochs, &idmintv1.RegionEpoch{From: e.From, To: e.To, Block: e.Block, Regions: e.Regions, Index: int32(e.Index)})
+	}
+	return out
 }
 
 func (h segments) GiveBack(ctx context.Context, req *connect.Request[idmintv1.GiveBackRequest]) (*connect.Response[idmintv1.GiveBackResponse], error) {

@@ -115,6 +115,11 @@ type SegmentResponse struct {
 	// caller keeps its own). A client's buffer sizes its ranges for it in
 	// place of its own runway when it is above 0, as an instance does.
 	RunwaySeconds float64 `json:"runway_seconds"`
+	// Region is the share of the region that granted the range (absent: a
+	// single-region deployment), as its database held it at the grant: it
+	// owns [First, Last]. A client of several regions checks each range
+	// against the shares the other regions sent (Share.CheckRange).
+	Region *Share `json:"region,omitempty"`
 }
 
 // GiveBackRequest is the body of POST /v1/segments/giveback: the unused

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -26,10 +28,10 @@ import (
 	"github.com/idmint/idmint/testkit/testutil"
 )
 
-// The regions of these tests are made by hand: each its own PostgreSQL
-// database with its own idmint serve processes, the tag in region b
-// starting at bStart, far above anything region a grants, so that two
-// regions granting the same ID can only be the client's doing.
+// The regions of these tests: each its own PostgreSQL database, claimed as
+// docs/regions.md says (regions a and b, blocks of bStart IDs: a owns 1 to
+// bStart, b the bStart after it), with its own idmint serve processes, so
+// that two regions granting the same ID can only be the client's doing.
 const (
 	regionTag = "order"
 	bStart    = 1_000_000_000_000_000 // 10^15
@@ -47,11 +49,23 @@ type testRegion struct {
 	runs  int
 }
 
-// newRegion makes a database with the tag starting at start, and n
-// processes serving it.
+// newRegion makes a database claimed as region name of a and b, with the
+// tag starting at start, and n processes serving it.
 func newRegion(tb testing.TB, bin, name string, start int64, n int) *testRegion {
 	tb.Helper()
+	return newClaimedRegion(tb, bin, name, "a,b", start, n)
+}
+
+// newClaimedRegion is newRegion with the database claimed as region name
+// of regions (in that order), blocks of bStart IDs.
+func newClaimedRegion(tb testing.TB, bin, name, regions string, start int64, n int) *testRegion {
+	tb.Helper()
 	store, dbURL := pgstore.New(tb)
+	claim := exec.Command(bin, "region", "claim", "--database-url", dbURL, "--name", name, "--regions", regions,
+		"--block", strconv.FormatInt(bStart, 10))
+	if out, err := claim.CombinedOutput(); err != nil {
+		tb.Fatalf("region claim: %v\n%s", err, out)
+	}
 	if _, err := store.CreateTag(context.Background(), allocator.TagSpec{Name: regionTag, Step: 100, MaxStep: 100, Start: start}); err != nil {
 		tb.Fatal(err)
 	}
@@ -83,7 +97,7 @@ func (r *testRegion) start() {
 		if err != nil {
 			r.tb.Fatal(err)
 		}
-		cmd := exec.Command(r.bin, "serve", "--database-url", r.dbURL, "--listen", addr, "--instance", name,
+		cmd := exec.Command(r.bin, "serve", "--database-url", r.dbURL, "--region", r.name, "--listen", addr, "--instance", name,
 			"--grpc-listen", "off", "--log-format", "json", "--access-log=false", "--prune-after", "0")
 		cmd.Stdout, cmd.Stderr = logf, logf
 		if err := cmd.Start(); err != nil {
@@ -471,6 +485,88 @@ func TestClient_RegionsGiveBack(t *testing.T) {
 		t.Errorf("region a: gap %d, want at least the 99 ids of tag user left in its buffer when the client left a (%+v)", got, st.Regions)
 	}
 	t.Logf("max_id a %d, b %d; highest handed out a %d, b %d; regions %+v", a.maxID(), b.maxID(), highest["a"], highest["b"], st.Regions)
+}
+
+// TestClient_RegionsOverlap: region b's database was claimed with the
+// regions in another order (b,a), so that it owns the same blocks as a.
+// The client serves from a; a's process dies, and the client's first range
+// from b is refused: no ID of b is handed out, every later call fails
+// with ErrSharesOverlap at once (never ErrUnavailable, worth no retry),
+// and the client does not return home when a is back. The negative
+// control is b's segment log: the refused range holds IDs the client
+// handed out from a, which served would have been duplicates.
+func TestClient_RegionsOverlap(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs idmint processes")
+	}
+	bin := servetest.Build(t)
+	a := newRegion(t, bin, "a", 1, 1)
+	b := newClaimedRegion(t, bin, "b", "b,a", 1, 1)
+	c := regionsClient(t, a.urls(), b.urls())
+	ctx := context.Background()
+	seen := map[int64]bool{}
+	take := func() error {
+		id, err := c.Next(ctx, regionTag)
+		if err == nil {
+			if seen[id] {
+				t.Fatalf("DUPLICATE id %d", id)
+			}
+			seen[id] = true
+		}
+		return err
+	}
+	for range 250 {
+		if err := take(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.kill()
+	var err error
+	deadline := time.Now().Add(20 * time.Second)
+	for err == nil && time.Now().Before(deadline) {
+		err = take()
+	}
+	if !errors.Is(err, client.ErrSharesOverlap) || errors.Is(err, client.ErrUnavailable) {
+		t.Fatalf("after a's death, Next: %v; want ErrSharesOverlap alone", err)
+	}
+	t.Logf("refused: %v", err)
+	a.start()
+	time.Sleep(time.Second) // several probes' worth (50 to 500 ms)
+	begin := time.Now()
+	if err := take(); !errors.Is(err, client.ErrSharesOverlap) {
+		t.Fatalf("with a back, Next: %v; want ErrSharesOverlap still", err)
+	}
+	if d := time.Since(begin); d > 100*time.Millisecond {
+		t.Errorf("a refusal took %v: it is known, it needs no request", d)
+	}
+	if st := c.Stats(); !errors.Is(st.Conflict, client.ErrSharesOverlap) || st.Returns != 0 {
+		t.Errorf("Stats: conflict %v, returns %d; want the conflict, no return home", st.Conflict, st.Returns)
+	}
+
+	logA, logB := a.segmentLog(), b.segmentLog()
+	inA := func(id int64) bool {
+		for _, r := range logA {
+			if r[0] <= id && id <= r[1] {
+				return true
+			}
+		}
+		return false
+	}
+	overlapping := 0
+	for id := range seen {
+		if !inA(id) {
+			t.Errorf("id %d handed out is in none of a's ranges", id)
+		}
+		for _, r := range logB {
+			if r[0] <= id && id <= r[1] {
+				overlapping++
+			}
+		}
+	}
+	if len(logB) == 0 || overlapping == 0 {
+		t.Fatalf("negative control: b granted %v, holding %d of the %d ids handed out from a; want b's refused range to hold some", logB, overlapping, len(seen))
+	}
+	t.Logf("%d ids handed out, all a's, 0 duplicates; b's refused ranges %v hold %d of them", len(seen), logB, overlapping)
 }
 
 // TestClient_RegionsConfig: URLs and Regions are one or the other, and

@@ -189,6 +189,11 @@ func (r *servingRegion) Region() core.RegionState {
 	return core.RegionState{Share: r.watcher.Self(), Workers: r.workers, Peers: r.watcher.Peers(), Conflict: r.watcher.Err()}
 }
 
+// Holding implements core.RegionSource.
+func (r *servingRegion) Holding(ctx context.Context, first, last int64) region.Share {
+	return r.watcher.Holding(ctx, first, last)
+}
+
 // errRegionMismatch: the instance's --region and its database's share
 // disagree.
 var errRegionMismatch = errors.New("region mismatch")

@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/idmint/idmint/testkit/pgtest"
+	"github.com/idmint/idmint/wire"
 )
 
 // claimSQLite makes a SQLite database claimed as region name of regions,
@@ -92,6 +95,22 @@ func TestServe_Region(t *testing.T) {
 	h := regionHealth(t, base)
 	if h.Region == nil || h.Region.Name != "eu" || h.Region.Index != 0 || h.Region.Share.WorkerSlots != 8 {
 		t.Fatalf("/id/health region: %+v", h.Region)
+	}
+
+	// A range reply carries the share that owns it, for clients of
+	// several regions to compare.
+	body := `{"biz_tag":"order","request_id":"` + uuid.NewString() + `","holder_key":"` + strings.Repeat("k", 32) + `"}`
+	resp, err := http.Post(base+"/v1/segments", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var seg wire.SegmentResponse
+	if err := json.NewDecoder(resp.Body).Decode(&seg); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST /v1/segments: %d %v", resp.StatusCode, err)
+	}
+	if seg.Region == nil || seg.Region.Name != "eu" || !seg.Region.OwnsRange(seg.First, seg.Last) {
+		t.Fatalf("range [%d, %d] replied with share %+v", seg.First, seg.Last, seg.Region)
 	}
 }
 

@@ -175,6 +175,19 @@ func (w *Watcher) reload(ctx context.Context) {
 	w.mu.Unlock()
 }
 
+// Holding returns this region's share as last read when it owns every ID
+// of [first, last], a range just granted; otherwise it reads the share
+// from the database again (with Config.Load) first: a split landed since
+// the last read. Replies carry the share that holds their range, so that a
+// client comparing regions does not take a moment's lag for a conflict.
+func (w *Watcher) Holding(ctx context.Context, first, last int64) region.Share {
+	if s := w.Self(); s.OwnsRange(first, last) {
+		return s
+	}
+	w.reload(ctx)
+	return w.Self()
+}
+
 // Self returns this region's share as last read.
 func (w *Watcher) Self() region.Share {
 	w.mu.Lock()

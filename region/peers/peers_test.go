@@ -115,3 +115,26 @@ func TestWatcher_ShareChanged(t *testing.T) {
 		t.Fatalf("an unfenced share: %v", err)
 	}
 }
+
+// TestWatcher_Holding: the share a range reply carries owns the range; a
+// range granted above the share last read (a split landed since) reads
+// the share again before it is answered.
+func TestWatcher_Holding(t *testing.T) {
+	db := &shares{s: share(0, 0, false)}
+	w := peers.New(peers.Config{Self: db.get(), Logger: testlog.Discard(),
+		Load: func(context.Context) (region.Share, error) { return db.get(), nil }})
+	if got := w.Holding(t.Context(), 1, 1000); len(got.Epochs) != 1 {
+		t.Fatalf("Holding of a range its share owns: %v", got.Epochs)
+	}
+	// Split at 6001 into eu, us, ap: eu's second block above is
+	// 9001..10000 (block 3 of the new epoch), which the old share gives
+	// to us.
+	db.set(share(0, 6001, true))
+	if w.Self().OwnsRange(9001, 10000) {
+		t.Fatal("the test's range is eu's in the old share too")
+	}
+	got := w.Holding(t.Context(), 9001, 10000)
+	if !got.OwnsRange(9001, 10000) {
+		t.Fatalf("Holding of a range granted after a split: %v, which does not own it", got.Epochs)
+	}
+}

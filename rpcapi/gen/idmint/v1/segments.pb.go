@@ -123,6 +123,11 @@ type GrantRangeResponse struct {
 	// The tag's own runway in seconds (0: none of its own): a client sizes
 	// its ranges for it in place of its own runway when above 0.
 	RunwaySeconds float64 `protobuf:"fixed64,8,opt,name=runway_seconds,json=runwaySeconds,proto3" json:"runway_seconds,omitempty"`
+	// The share of the region that granted the range (absent: a single-region
+	// deployment), as its database held it at the grant: it owns first..last.
+	// A client of several regions checks each range against the shares the
+	// other regions sent (docs/regions.md).
+	Region        *RegionShare `protobuf:"bytes,9,opt,name=region,proto3" json:"region,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -213,6 +218,163 @@ func (x *GrantRangeResponse) GetRunwaySeconds() float64 {
 	return 0
 }
 
+func (x *GrantRangeResponse) GetRegion() *RegionShare {
+	if x != nil {
+		return x.Region
+	}
+	return nil
+}
+
+// RegionShare is what one region's database owns of every tag's IDs: its
+// epochs, each cut into blocks owned in turn by its regions, and its slice
+// of the Snowflake worker IDs (docs/regions.md).
+type RegionShare struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Epochs        []*RegionEpoch         `protobuf:"bytes,2,rep,name=epochs,proto3" json:"epochs,omitempty"`
+	WorkerSlot    int32                  `protobuf:"varint,3,opt,name=worker_slot,json=workerSlot,proto3" json:"worker_slot,omitempty"`
+	WorkerSlots   int32                  `protobuf:"varint,4,opt,name=worker_slots,json=workerSlots,proto3" json:"worker_slots,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegionShare) Reset() {
+	*x = RegionShare{}
+	mi := &file_idmint_v1_segments_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegionShare) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegionShare) ProtoMessage() {}
+
+func (x *RegionShare) ProtoReflect() protoreflect.Message {
+	mi := &file_idmint_v1_segments_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegionShare.ProtoReflect.Descriptor instead.
+func (*RegionShare) Descriptor() ([]byte, []int) {
+	return file_idmint_v1_segments_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RegionShare) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RegionShare) GetEpochs() []*RegionEpoch {
+	if x != nil {
+		return x.Epochs
+	}
+	return nil
+}
+
+func (x *RegionShare) GetWorkerSlot() int32 {
+	if x != nil {
+		return x.WorkerSlot
+	}
+	return 0
+}
+
+func (x *RegionShare) GetWorkerSlots() int32 {
+	if x != nil {
+		return x.WorkerSlots
+	}
+	return 0
+}
+
+// RegionEpoch is the IDs from..to-1 (to 0: up to 2^63-1) cut into blocks of
+// block IDs, block j owned by regions[j mod len(regions)]; this region is
+// regions[index].
+type RegionEpoch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	From          int64                  `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`
+	To            int64                  `protobuf:"varint,2,opt,name=to,proto3" json:"to,omitempty"`
+	Block         int64                  `protobuf:"varint,3,opt,name=block,proto3" json:"block,omitempty"`
+	Regions       []string               `protobuf:"bytes,4,rep,name=regions,proto3" json:"regions,omitempty"`
+	Index         int32                  `protobuf:"varint,5,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegionEpoch) Reset() {
+	*x = RegionEpoch{}
+	mi := &file_idmint_v1_segments_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegionEpoch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegionEpoch) ProtoMessage() {}
+
+func (x *RegionEpoch) ProtoReflect() protoreflect.Message {
+	mi := &file_idmint_v1_segments_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegionEpoch.ProtoReflect.Descriptor instead.
+func (*RegionEpoch) Descriptor() ([]byte, []int) {
+	return file_idmint_v1_segments_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RegionEpoch) GetFrom() int64 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *RegionEpoch) GetTo() int64 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+func (x *RegionEpoch) GetBlock() int64 {
+	if x != nil {
+		return x.Block
+	}
+	return 0
+}
+
+func (x *RegionEpoch) GetRegions() []string {
+	if x != nil {
+		return x.Regions
+	}
+	return nil
+}
+
+func (x *RegionEpoch) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
 // GiveBackRequest gives back the unused tail first..last of the range
 // granted to request_id.
 type GiveBackRequest struct {
@@ -228,7 +390,7 @@ type GiveBackRequest struct {
 
 func (x *GiveBackRequest) Reset() {
 	*x = GiveBackRequest{}
-	mi := &file_idmint_v1_segments_proto_msgTypes[2]
+	mi := &file_idmint_v1_segments_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -240,7 +402,7 @@ func (x *GiveBackRequest) String() string {
 func (*GiveBackRequest) ProtoMessage() {}
 
 func (x *GiveBackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_idmint_v1_segments_proto_msgTypes[2]
+	mi := &file_idmint_v1_segments_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -253,7 +415,7 @@ func (x *GiveBackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GiveBackRequest.ProtoReflect.Descriptor instead.
 func (*GiveBackRequest) Descriptor() ([]byte, []int) {
-	return file_idmint_v1_segments_proto_rawDescGZIP(), []int{2}
+	return file_idmint_v1_segments_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GiveBackRequest) GetBizTag() string {
@@ -307,7 +469,7 @@ type GiveBackResponse struct {
 
 func (x *GiveBackResponse) Reset() {
 	*x = GiveBackResponse{}
-	mi := &file_idmint_v1_segments_proto_msgTypes[3]
+	mi := &file_idmint_v1_segments_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -319,7 +481,7 @@ func (x *GiveBackResponse) String() string {
 func (*GiveBackResponse) ProtoMessage() {}
 
 func (x *GiveBackResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_idmint_v1_segments_proto_msgTypes[3]
+	mi := &file_idmint_v1_segments_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -332,7 +494,7 @@ func (x *GiveBackResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GiveBackResponse.ProtoReflect.Descriptor instead.
 func (*GiveBackResponse) Descriptor() ([]byte, []int) {
-	return file_idmint_v1_segments_proto_rawDescGZIP(), []int{3}
+	return file_idmint_v1_segments_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GiveBackResponse) GetBizTag() string {
@@ -382,7 +544,7 @@ const file_idmint_v1_segments_proto_rawDesc = "" +
 	"request_id\x18\x03 \x01(\tR\trequestId\x12\x1d\n" +
 	"\n" +
 	"holder_key\x18\x04 \x01(\tR\tholderKey\x12\x14\n" +
-	"\x05floor\x18\x05 \x01(\x03R\x05floor\"\xea\x01\n" +
+	"\x05floor\x18\x05 \x01(\x03R\x05floor\"\x9a\x02\n" +
 	"\x12GrantRangeResponse\x12\x17\n" +
 	"\abiz_tag\x18\x01 \x01(\tR\x06bizTag\x12\x1d\n" +
 	"\n" +
@@ -392,7 +554,20 @@ const file_idmint_v1_segments_proto_rawDesc = "" +
 	"\x04step\x18\x05 \x01(\x03R\x04step\x12\x19\n" +
 	"\bmax_step\x18\x06 \x01(\x03R\amaxStep\x12\x1c\n" +
 	"\trecovered\x18\a \x01(\bR\trecovered\x12%\n" +
-	"\x0erunway_seconds\x18\b \x01(\x01R\rrunwaySeconds\"\x92\x01\n" +
+	"\x0erunway_seconds\x18\b \x01(\x01R\rrunwaySeconds\x12.\n" +
+	"\x06region\x18\t \x01(\v2\x16.idmint.v1.RegionShareR\x06region\"\x95\x01\n" +
+	"\vRegionShare\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
+	"\x06epochs\x18\x02 \x03(\v2\x16.idmint.v1.RegionEpochR\x06epochs\x12\x1f\n" +
+	"\vworker_slot\x18\x03 \x01(\x05R\n" +
+	"workerSlot\x12!\n" +
+	"\fworker_slots\x18\x04 \x01(\x05R\vworkerSlots\"w\n" +
+	"\vRegionEpoch\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\x03R\x04from\x12\x0e\n" +
+	"\x02to\x18\x02 \x01(\x03R\x02to\x12\x14\n" +
+	"\x05block\x18\x03 \x01(\x03R\x05block\x12\x18\n" +
+	"\aregions\x18\x04 \x03(\tR\aregions\x12\x14\n" +
+	"\x05index\x18\x05 \x01(\x05R\x05index\"\x92\x01\n" +
 	"\x0fGiveBackRequest\x12\x17\n" +
 	"\abiz_tag\x18\x01 \x01(\tR\x06bizTag\x12\x1d\n" +
 	"\n" +
@@ -426,23 +601,27 @@ func file_idmint_v1_segments_proto_rawDescGZIP() []byte {
 	return file_idmint_v1_segments_proto_rawDescData
 }
 
-var file_idmint_v1_segments_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_idmint_v1_segments_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_idmint_v1_segments_proto_goTypes = []any{
 	(*GrantRangeRequest)(nil),  // 0: idmint.v1.GrantRangeRequest
 	(*GrantRangeResponse)(nil), // 1: idmint.v1.GrantRangeResponse
-	(*GiveBackRequest)(nil),    // 2: idmint.v1.GiveBackRequest
-	(*GiveBackResponse)(nil),   // 3: idmint.v1.GiveBackResponse
+	(*RegionShare)(nil),        // 2: idmint.v1.RegionShare
+	(*RegionEpoch)(nil),        // 3: idmint.v1.RegionEpoch
+	(*GiveBackRequest)(nil),    // 4: idmint.v1.GiveBackRequest
+	(*GiveBackResponse)(nil),   // 5: idmint.v1.GiveBackResponse
 }
 var file_idmint_v1_segments_proto_depIdxs = []int32{
-	0, // 0: idmint.v1.SegmentService.GrantRange:input_type -> idmint.v1.GrantRangeRequest
-	2, // 1: idmint.v1.SegmentService.GiveBack:input_type -> idmint.v1.GiveBackRequest
-	1, // 2: idmint.v1.SegmentService.GrantRange:output_type -> idmint.v1.GrantRangeResponse
-	3, // 3: idmint.v1.SegmentService.GiveBack:output_type -> idmint.v1.GiveBackResponse
-	2, // [2:4] is the sub-list for method output_type
-	0, // [0:2] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	2, // 0: idmint.v1.GrantRangeResponse.region:type_name -> idmint.v1.RegionShare
+	3, // 1: idmint.v1.RegionShare.epochs:type_name -> idmint.v1.RegionEpoch
+	0, // 2: idmint.v1.SegmentService.GrantRange:input_type -> idmint.v1.GrantRangeRequest
+	4, // 3: idmint.v1.SegmentService.GiveBack:input_type -> idmint.v1.GiveBackRequest
+	1, // 4: idmint.v1.SegmentService.GrantRange:output_type -> idmint.v1.GrantRangeResponse
+	5, // 5: idmint.v1.SegmentService.GiveBack:output_type -> idmint.v1.GiveBackResponse
+	4, // [4:6] is the sub-list for method output_type
+	2, // [2:4] is the sub-list for method input_type
+	2, // [2:2] is the sub-list for extension type_name
+	2, // [2:2] is the sub-list for extension extendee
+	0, // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_idmint_v1_segments_proto_init() }
@@ -456,7 +635,7 @@ func file_idmint_v1_segments_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_idmint_v1_segments_proto_rawDesc), len(file_idmint_v1_segments_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -10,7 +10,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file idmint/v1/segments.proto.
  */
 export const file_idmint_v1_segments: GenFile = /*@__PURE__*/
-  fileDesc("ChhpZG1pbnQvdjEvc2VnbWVudHMucHJvdG8SCWlkbWludC52MSJpChFHcmFudFJhbmdlUmVxdWVzdBIPCgdiaXpfdGFnGAEgASgJEgwKBHNpemUYAiABKAMSEgoKcmVxdWVzdF9pZBgDIAEoCRISCgpob2xkZXJfa2V5GAQgASgJEg0KBWZsb29yGAUgASgDIqEBChJHcmFudFJhbmdlUmVzcG9uc2USDwoHYml6X3RhZxgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJEg0KBWZpcnN0GAMgASgDEgwKBGxhc3QYBCABKAMSDAoEc3RlcBgFIAEoAxIQCghtYXhfc3RlcBgGIAEoAxIRCglyZWNvdmVyZWQYByABKAgSFgoOcnVud2F5X3NlY29uZHMYCCABKAEiZwoPR2l2ZUJhY2tSZXF1ZXN0Eg8KB2Jpel90YWcYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRISCgpob2xkZXJfa2V5GAMgASgJEg0KBWZpcnN0GAQgASgDEgwKBGxhc3QYBSABKAMiaAoQR2l2ZUJhY2tSZXNwb25zZRIPCgdiaXpfdGFnGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkSDQoFZmlyc3QYAyABKAMSDAoEbGFzdBgEIAEoAxISCgpnaXZlbl9iYWNrGAUgASgIMqABCg5TZWdtZW50U2VydmljZRJJCgpHcmFudFJhbmdlEhwuaWRtaW50LnYxLkdyYW50UmFuZ2VSZXF1ZXN0Gh0uaWRtaW50LnYxLkdyYW50UmFuZ2VSZXNwb25zZRJDCghHaXZlQmFjaxIaLmlkbWludC52MS5HaXZlQmFja1JlcXVlc3QaGy5pZG1pbnQudjEuR2l2ZUJhY2tSZXNwb25zZUI4WjZnaXRodWIuY29tL2lkbWludC9pZG1pbnQvcnBjYXBpL2dlbi9pZG1pbnQvdjE7aWRtaW50djFiBnByb3RvMw");
+  fileDesc("ChhpZG1pbnQvdjEvc2VnbWVudHMucHJvdG8SCWlkbWludC52MSJpChFHcmFudFJhbmdlUmVxdWVzdBIPCgdiaXpfdGFnGAEgASgJEgwKBHNpemUYAiABKAMSEgoKcmVxdWVzdF9pZBgDIAEoCRISCgpob2xkZXJfa2V5GAQgASgJEg0KBWZsb29yGAUgASgDIskBChJHcmFudFJhbmdlUmVzcG9uc2USDwoHYml6X3RhZxgBIAEoCRISCgpyZXF1ZXN0X2lkGAIgASgJEg0KBWZpcnN0GAMgASgDEgwKBGxhc3QYBCABKAMSDAoEc3RlcBgFIAEoAxIQCghtYXhfc3RlcBgGIAEoAxIRCglyZWNvdmVyZWQYByABKAgSFgoOcnVud2F5X3NlY29uZHMYCCABKAESJgoGcmVnaW9uGAkgASgLMhYuaWRtaW50LnYxLlJlZ2lvblNoYXJlIm4KC1JlZ2lvblNoYXJlEgwKBG5hbWUYASABKAkSJgoGZXBvY2hzGAIgAygLMhYuaWRtaW50LnYxLlJlZ2lvbkVwb2NoEhMKC3dvcmtlcl9zbG90GAMgASgFEhQKDHdvcmtlcl9zbG90cxgEIAEoBSJWCgtSZWdpb25FcG9jaBIMCgRmcm9tGAEgASgDEgoKAnRvGAIgASgDEg0KBWJsb2NrGAMgASgDEg8KB3JlZ2lvbnMYBCADKAkSDQoFaW5kZXgYBSABKAUiZwoPR2l2ZUJhY2tSZXF1ZXN0Eg8KB2Jpel90YWcYASABKAkSEgoKcmVxdWVzdF9pZBgCIAEoCRISCgpob2xkZXJfa2V5GAMgASgJEg0KBWZpcnN0GAQgASgDEgwKBGxhc3QYBSABKAMiaAoQR2l2ZUJhY2tSZXNwb25zZRIPCgdiaXpfdGFnGAEgASgJEhIKCnJlcXVlc3RfaWQYAiABKAkSDQoFZmlyc3QYAyABKAMSDAoEbGFzdBgEIAEoAxISCgpnaXZlbl9iYWNrGAUgASgIMqABCg5TZWdtZW50U2VydmljZRJJCgpHcmFudFJhbmdlEhwuaWRtaW50LnYxLkdyYW50UmFuZ2VSZXF1ZXN0Gh0uaWRtaW50LnYxLkdyYW50UmFuZ2VSZXNwb25zZRJDCghHaXZlQmFjaxIaLmlkbWludC52MS5HaXZlQmFja1JlcXVlc3QaGy5pZG1pbnQudjEuR2l2ZUJhY2tSZXNwb25zZUI4WjZnaXRodWIuY29tL2lkbWludC9pZG1pbnQvcnBjYXBpL2dlbi9pZG1pbnQvdjE7aWRtaW50djFiBnByb3RvMw");
 
 /**
  * GrantRangeRequest asks for a range.
@@ -116,6 +116,16 @@ export type GrantRangeResponse = Message<"idmint.v1.GrantRangeResponse"> & {
    * @generated from field: double runway_seconds = 8;
    */
   runwaySeconds: number;
+
+  /**
+   * The share of the region that granted the range (absent: a single-region
+   * deployment), as its database held it at the grant: it owns first..last.
+   * A client of several regions checks each range against the shares the
+   * other regions sent (docs/regions.md).
+   *
+   * @generated from field: idmint.v1.RegionShare region = 9;
+   */
+  region?: RegionShare | undefined;
 };
 
 /**
@@ -124,6 +134,83 @@ export type GrantRangeResponse = Message<"idmint.v1.GrantRangeResponse"> & {
  */
 export const GrantRangeResponseSchema: GenMessage<GrantRangeResponse> = /*@__PURE__*/
   messageDesc(file_idmint_v1_segments, 1);
+
+/**
+ * RegionShare is what one region's database owns of every tag's IDs: its
+ * epochs, each cut into blocks owned in turn by its regions, and its slice
+ * of the Snowflake worker IDs (docs/regions.md).
+ *
+ * @generated from message idmint.v1.RegionShare
+ */
+export type RegionShare = Message<"idmint.v1.RegionShare"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: repeated idmint.v1.RegionEpoch epochs = 2;
+   */
+  epochs: RegionEpoch[];
+
+  /**
+   * @generated from field: int32 worker_slot = 3;
+   */
+  workerSlot: number;
+
+  /**
+   * @generated from field: int32 worker_slots = 4;
+   */
+  workerSlots: number;
+};
+
+/**
+ * Describes the message idmint.v1.RegionShare.
+ * Use `create(RegionShareSchema)` to create a new message.
+ */
+export const RegionShareSchema: GenMessage<RegionShare> = /*@__PURE__*/
+  messageDesc(file_idmint_v1_segments, 2);
+
+/**
+ * RegionEpoch is the IDs from..to-1 (to 0: up to 2^63-1) cut into blocks of
+ * block IDs, block j owned by regions[j mod len(regions)]; this region is
+ * regions[index].
+ *
+ * @generated from message idmint.v1.RegionEpoch
+ */
+export type RegionEpoch = Message<"idmint.v1.RegionEpoch"> & {
+  /**
+   * @generated from field: int64 from = 1;
+   */
+  from: bigint;
+
+  /**
+   * @generated from field: int64 to = 2;
+   */
+  to: bigint;
+
+  /**
+   * @generated from field: int64 block = 3;
+   */
+  block: bigint;
+
+  /**
+   * @generated from field: repeated string regions = 4;
+   */
+  regions: string[];
+
+  /**
+   * @generated from field: int32 index = 5;
+   */
+  index: number;
+};
+
+/**
+ * Describes the message idmint.v1.RegionEpoch.
+ * Use `create(RegionEpochSchema)` to create a new message.
+ */
+export const RegionEpochSchema: GenMessage<RegionEpoch> = /*@__PURE__*/
+  messageDesc(file_idmint_v1_segments, 3);
 
 /**
  * GiveBackRequest gives back the unused tail first..last of the range
@@ -163,7 +250,7 @@ export type GiveBackRequest = Message<"idmint.v1.GiveBackRequest"> & {
  * Use `create(GiveBackRequestSchema)` to create a new message.
  */
 export const GiveBackRequestSchema: GenMessage<GiveBackRequest> = /*@__PURE__*/
-  messageDesc(file_idmint_v1_segments, 2);
+  messageDesc(file_idmint_v1_segments, 4);
 
 /**
  * GiveBackResponse says whether the tail was given back. False means the tag
@@ -204,7 +291,7 @@ export type GiveBackResponse = Message<"idmint.v1.GiveBackResponse"> & {
  * Use `create(GiveBackResponseSchema)` to create a new message.
  */
 export const GiveBackResponseSchema: GenMessage<GiveBackResponse> = /*@__PURE__*/
-  messageDesc(file_idmint_v1_segments, 3);
+  messageDesc(file_idmint_v1_segments, 5);
 
 /**
  * SegmentService grants whole ranges to a client that serves IDs from its
