@@ -128,3 +128,53 @@ func TestAllocator_Logs(t *testing.T) {
 		t.Errorf("abandoned: %v", abandoned)
 	}
 }
+
+// TestAllocator_ClaimedFloorLogs: a caller's range raised to its claimed
+// floor alone logs a warning naming the lead, never the rollback alarm
+// (ERROR "REPAIRED rollback", which operators page on and which anyone may
+// otherwise trigger in the open mode); a range raised to this instance's
+// own floor still logs the alarm.
+func TestAllocator_ClaimedFloorLogs(t *testing.T) {
+	ctx := context.Background()
+	m := memstore.New()
+	if _, err := m.CreateTag(ctx, allocator.TagSpec{Name: "order", Step: 10}); err != nil {
+		t.Fatal(err)
+	}
+	var logs logLines
+	a := allocator.New(allocator.Config{Store: m, Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
+		Segment: segment.Config{MinBackoff: time.Hour}})
+	defer a.Close(ctx)
+	grant := func(floor int64) allocator.Segment {
+		t.Helper()
+		seg, _, err := a.GrantRange(ctx, allocator.RangeRequest{ID: uuid.Must(uuid.NewV7()), Tag: "order", Size: 10,
+			Floor: floor, MaxLead: allocator.MaxClaimedLead, Holder: allocator.NewHolder("anonymous", "key")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return seg
+	}
+
+	if seg := grant(1000); !seg.Repaired || seg.Lead != 1000 || seg.First != 1001 {
+		t.Fatalf("GrantRange with floor 1000 = %+v; want [1001, 1010], a lead of 1000", seg)
+	}
+	if alarms := logs.with(t, "REPAIRED rollback"); len(alarms) != 0 {
+		t.Fatalf("a claimed floor alone logged the rollback alarm: %v", alarms)
+	}
+	raised := logs.with(t, "RAISED max_id to a client's claimed floor")
+	if len(raised) != 1 || raised[0]["level"] != "WARN" || raised[0]["client_lead"] != 1000.0 || raised[0]["max_id_found"] != 0.0 {
+		t.Fatalf("raised lines %v; want one WARN with client_lead 1000, max_id_found 0\n%s", raised, logs.String())
+	}
+
+	// The instance's own range, then the database behind it.
+	if _, err := a.Next(ctx, "order"); err != nil {
+		t.Fatal(err)
+	}
+	m.SetMaxID("order", 5)
+	if seg := grant(0); !seg.Repaired || seg.First != 1021 {
+		t.Fatalf("GrantRange below the instance's floor = %+v; want [1021, 1030], repaired", seg)
+	}
+	alarms := logs.with(t, "REPAIRED rollback while granting a client range")
+	if len(alarms) != 1 || alarms[0]["level"] != "ERROR" || alarms[0]["instance_floor"] != 1020.0 {
+		t.Fatalf("alarms %v; want one ERROR with instance_floor 1020\n%s", alarms, logs.String())
+	}
+}

@@ -81,8 +81,15 @@ func (a *Allocator) GrantRange(ctx context.Context, r RangeRequest) (seg Segment
 	switch {
 	case err == nil:
 		log := a.cfg.Logger.With("biz_tag", tag, "request_id", id, "first", seg.First, "last", seg.Last)
-		if seg.Repaired {
-			log.Error("REPAIRED rollback while granting a client range: the tag's max_id was below the highest id this instance or the client was granted (restored backup or failover to a lagging replica?); raised it; bump the tag past the old high-water mark",
+		switch {
+		case seg.Repaired && seg.FoundMaxID < floor:
+			log.Error("REPAIRED rollback while granting a client range: the tag's max_id was below the highest id this instance was granted (restored backup or failover to a lagging replica?); raised it; bump the tag past the old high-water mark",
+				"max_id_found", seg.FoundMaxID, "instance_floor", floor, "client_floor", r.Floor, "client_lead", seg.Lead)
+		case seg.Repaired:
+			// The caller's word alone, which anyone may give in the open
+			// mode: no alarm of a rollback nothing here saw, but a line,
+			// since a real one may be what the caller saw.
+			log.Warn("RAISED max_id to a client's claimed floor: the client says it was granted ids above the tag's max_id (a rollback it saw, or a claim nothing here confirms); the lead was charged to it",
 				"max_id_found", seg.FoundMaxID, "instance_floor", floor, "client_floor", r.Floor, "client_lead", seg.Lead)
 		}
 		log.Info("range granted to a client")
