@@ -35,7 +35,7 @@ def tearDownModule() -> None:
 
 def regions_client(a: list[str], b: list[str]) -> idmint.Client:
     return idmint.Client(regions=[idmint.Region("a", a), {"name": "b", "urls": b}],
-                         attempt_timeout=0.3, wait_timeout=1.0, probe_min=0.05, probe_max=0.5)
+                         attempt_timeout=1.0, wait_timeout=1.0, probe_min=0.05, probe_max=0.5)
 
 
 class Load:
