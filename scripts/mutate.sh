@@ -83,7 +83,16 @@ done
 # A spec "npm: FILE PATTERN" runs the TypeScript client's tests instead
 # (clients/ts: dist/test/FILE, the tests whose names match PATTERN), with
 # the tree's node_modules (npm ci when it has none).
+# A spec "py: MODULE PATTERN" runs the Python client's unittest module
+# (clients/python/tests/MODULE.py, the tests whose names contain PATTERN),
+# with $IDMINT_BIN when set, else the idmint built from the work tree.
 run_tests() {
+	if [[ $1 == py:* ]]; then
+		local module pattern
+		read -r module pattern <<<"${1#py: }"
+		(cd "$work/clients/python" && python3 -m unittest -v -k "$pattern" "tests.$module") >>"$2" 2>&1
+		return
+	fi
 	if [[ $1 == npm:* ]]; then
 		local file pattern
 		read -r file pattern <<<"${1#npm: }"
@@ -140,12 +149,12 @@ for i in "${chosen[@]}"; do
 		pkgs=() dir=.
 		[[ ${args[0]:-} == -C ]] && dir=${args[1]}
 		for a in "${args[@]}"; do [[ $a == ./* ]] && pkgs+=("$a"); done
-		if [[ ${tests[i]} != npm:* ]] && ! (cd "$work/$dir" && $GO vet "${pkgs[@]}") >"$log" 2>&1; then
+		if [[ ${tests[i]} != npm:* && ${tests[i]} != py:* ]] && ! (cd "$work/$dir" && $GO vet "${pkgs[@]}") >"$log" 2>&1; then
 			status="DOES NOT COMPILE"
 		elif run_tests "${tests[i]}" "$log"; then
 			status="SURVIVED"
 		else
-			killers=$(grep -oE -- '--- FAIL: [^ ]+' "$log" | awk '{print $3}' | sort -u | head -3 | paste -sd, - || true)
+			killers=$({ grep -oE -- '--- FAIL: [^ ]+' "$log" | awk '{print $3}'; grep -oE -- '^(FAIL|ERROR): [^ ]+' "$log" | awk '{print $2}'; } | sort -u | head -3 | paste -sd, - || true)
 			status="killed by ${killers:-a failing test run}"
 		fi
 	fi

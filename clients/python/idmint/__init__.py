@@ -10,7 +10,7 @@ idmint instances grant exactly once.
 Standard library only (Python 3.11+). See clients/python/README.md.
 """
 
-from .client import Client, uuid7
+from .client import Client, Region, uuid7
 from .errors import (
     APIError,
     ClosedError,
@@ -19,6 +19,7 @@ from .errors import (
     InvalidRequest,
     InvalidTag,
     Refused,
+    SharesOverlap,
     Unauthorized,
     Unavailable,
     UnknownTag,
@@ -26,6 +27,7 @@ from .errors import (
 
 __all__ = [
     "Client",
+    "Region",
     "uuid7",
     "IdmintError",
     "APIError",
@@ -37,4 +39,5 @@ __all__ = [
     "UnknownTag",
     "Unavailable",
     "ClosedError",
+    "SharesOverlap",
 ]

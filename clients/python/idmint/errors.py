@@ -21,6 +21,7 @@ __all__ = [
     "UnknownTag",
     "Unavailable",
     "ClosedError",
+    "SharesOverlap",
 ]
 
 
@@ -101,6 +102,15 @@ class Unavailable(IdmintError):
 
 class ClosedError(IdmintError):
     """The client was closed."""
+
+
+class SharesOverlap(IdmintError):
+    """Two of the client's regions sent shares of the ID space that may
+    overlap, or a region's reply came from a database of another region or
+    of none: the client may have been given the same ID by two regions. It
+    hands out no ID from then on (a gap, never a duplicate) and every call
+    raises this error at once. It is final, never worth a retry (not
+    Unavailable): the deployment's shares must be fixed (docs/regions.md)."""
 
 
 def refusal(url: str, status: int, code: str, message: str, tag: str = "") -> APIError:

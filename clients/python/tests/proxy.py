@@ -8,6 +8,7 @@ instead: the server did the work, the client never hears of it.
 
 from __future__ import annotations
 
+import json
 import socket
 import struct
 import threading
@@ -36,12 +37,22 @@ def _read_message(sock: socket.socket) -> bytes:
     return head + b"\r\n\r\n" + body
 
 
+def _request_id(message: bytes) -> str:
+    """The request_id of a JSON request body, or ""."""
+    try:
+        rid = json.loads(message.partition(b"\r\n\r\n")[2]).get("request_id", "")
+    except (ValueError, AttributeError):
+        return ""
+    return rid if isinstance(rid, str) else ""
+
+
 class LossyProxy:
     """Listens on 127.0.0.1 and forwards to target (host, port)."""
 
     def __init__(self, target: tuple[str, int], drop: Callable[[bytes], bool]) -> None:
         self.target, self.drop = target, drop
         self.dropped = 0
+        self._dropped_ids: list[str] = []
         self._lock = threading.Lock()
         self._ls = socket.socket()
         self._ls.bind(("127.0.0.1", 0))
@@ -63,18 +74,29 @@ class LossyProxy:
             request = _read_message(conn)
             if not request:
                 return
-            with socket.create_connection(self.target) as up:
-                up.sendall(request)
-                reply = _read_message(up)
+            try:
+                with socket.create_connection(self.target) as up:
+                    up.sendall(request)
+                    reply = _read_message(up)
+            except OSError:
+                return  # the target is down: the client sees the connection closed
             with self._lock:
                 lose = self.drop(request)
                 if lose:
                     self.dropped += 1
+                    rid = _request_id(request)
+                    if rid:
+                        self._dropped_ids.append(rid)
             if lose:
                 # SO_LINGER 0: close with a reset, as a dying network does.
                 conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 return
             conn.sendall(reply)
+
+    def dropped_ids(self) -> list[str]:
+        """The request IDs of the range requests whose reply was lost."""
+        with self._lock:
+            return list(self._dropped_ids)
 
     def close(self) -> None:
         self._ls.close()
