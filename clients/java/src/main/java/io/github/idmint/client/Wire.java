@@ -96,7 +96,7 @@ final class Wire {
     }
 
     /** Reads a 64-bit integer written as a decimal string (or, leniently, a JSON integer). */
-    private static long int64(JsonNode o, String field) throws IOException {
+    static long int64(JsonNode o, String field) throws IOException {
         JsonNode v = o.get(field);
         if (v != null && v.isTextual()) {
             try {
