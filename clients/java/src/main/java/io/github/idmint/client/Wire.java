@@ -58,7 +58,8 @@ final class Wire {
                 o.path("biz_tag").asText(""),
                 o.path("request_id").asText(""),
                 o.path("recovered").asBoolean(false),
-                o.path("runway_seconds").asDouble(0));
+                o.path("runway_seconds").asDouble(0),
+                Share.fromJson(o.get("region")));
     }
 
     /** Reads given_back of a reply of POST /v1/segments/giveback. */
