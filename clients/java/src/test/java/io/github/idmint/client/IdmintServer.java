@@ -109,14 +109,14 @@ public final class IdmintServer implements AutoCloseable {
      * goes to dir/serve.log.
      */
     public static IdmintServer start(Path dir, String... extra) throws IOException, InterruptedException {
-        return start(dir.resolve("serve.log"), database(dir), "127.0.0.1:0", extra);
+        return startOn(dir.resolve("serve.log"), database(dir), "127.0.0.1:0", extra);
     }
 
     /**
      * Starts {@code idmint serve} on the database of databaseUrl, listening on listen, as {@link
      * #start(Path, String...)} does; its log goes to the file log.
      */
-    public static IdmintServer start(Path logFile, String databaseUrl, String listen, String... extra)
+    public static IdmintServer startOn(Path logFile, String databaseUrl, String listen, String... extra)
             throws IOException, InterruptedException {
         List<String> cmd = new ArrayList<>(List.of(binary().toString(), "serve",
                 "--database-url", databaseUrl,
