@@ -430,4 +430,24 @@ class RegionsTest {
             }
         }
     }
+
+    /**
+     * A region's URLs that reach another region's instances: the first range, whose share names the
+     * other region, is refused (a gap), and every call fails with SharesOverlapException.
+     */
+    @Test
+    void anotherRegionsInstancesAreRefused() throws Exception {
+        try (TestRegion a = new TestRegion("a", "a,b", 1, 1); TestRegion b = new TestRegion("b", "a,b", B_START + 1, 1)) {
+            IdmintClient c = client(b.urls(), a.urls()); // swapped
+            try {
+                IdmintException e = assertThrows(IdmintException.class, () -> c.next(TAG));
+                assertInstanceOf(SharesOverlapException.class, e, "a range from b's instances served as a's: " + e);
+                assertTrue(e.getMessage().contains("answered with the share of region \"b\""), e.getMessage());
+                assertInstanceOf(SharesOverlapException.class, assertThrows(IdmintException.class, () -> c.next(TAG)));
+                assertEquals(1, b.segmentLog().size(), "b granted the one range refused");
+            } finally {
+                c.close();
+            }
+        }
+    }
 }
