@@ -83,7 +83,17 @@ done
 # A spec "npm: FILE PATTERN" runs the TypeScript client's tests instead
 # (clients/ts: dist/test/FILE, the tests whose names match PATTERN), with
 # the tree's node_modules (npm ci when it has none).
+# A spec "mvn: TESTS" runs the Java client's tests (clients/java: Maven
+# offline, -Dtest=TESTS) against the work tree's idmint, beside a PostgreSQL
+# server of the test harness (testkit/cmd/withpostgres) unless
+# IDMINT_TEST_DATABASE_URL names one, as make test-java does.
 run_tests() {
+	if [[ $1 == mvn:* ]]; then
+		(cd "$work" && $GO build -o clients/java/target/idmint ./cmd/idmint && $GO build -o clients/java/target/withpostgres ./testkit/cmd/withpostgres &&
+			cd clients/java && if [[ -n ${IDMINT_TEST_DATABASE_URL:-} ]]; then pg=(); else pg=(target/withpostgres -env IDMINT_TEST_DATABASE_URL); fi &&
+			IDMINT_BIN=$PWD/target/idmint "${pg[@]}" mvn -o -B -ntp test -Dtest="${1#mvn: }") >>"$2" 2>&1
+		return
+	fi
 	if [[ $1 == npm:* ]]; then
 		local file pattern
 		read -r file pattern <<<"${1#npm: }"
@@ -140,12 +150,12 @@ for i in "${chosen[@]}"; do
 		pkgs=() dir=.
 		[[ ${args[0]:-} == -C ]] && dir=${args[1]}
 		for a in "${args[@]}"; do [[ $a == ./* ]] && pkgs+=("$a"); done
-		if [[ ${tests[i]} != npm:* ]] && ! (cd "$work/$dir" && $GO vet "${pkgs[@]}") >"$log" 2>&1; then
+		if [[ ${tests[i]} != npm:* && ${tests[i]} != mvn:* ]] && ! (cd "$work/$dir" && $GO vet "${pkgs[@]}") >"$log" 2>&1; then
 			status="DOES NOT COMPILE"
 		elif run_tests "${tests[i]}" "$log"; then
 			status="SURVIVED"
 		else
-			killers=$(grep -oE -- '--- FAIL: [^ ]+' "$log" | awk '{print $3}' | sort -u | head -3 | paste -sd, - || true)
+			killers=$(grep -oE -- '--- FAIL: [^ ]+|\[ERROR\]   [A-Za-z]+Test\.[A-Za-z]+' "$log" | awk '{print $NF}' | sort -u | head -3 | paste -sd, - || true)
 			status="killed by ${killers:-a failing test run}"
 		fi
 	fi
