@@ -170,17 +170,16 @@ public final class IdmintClient implements AutoCloseable {
      * wait, which makes the client leave it (at most once per region). A refusal never moves it.
      */
     private boolean again(Stint st, IdmintException e, int attempt) {
-        if (regions.size() == 1 || closed || overlap != null || attempt >= regions.size()) {
+        if (regions.size() == 1 || closed || overlap != null) {
             return false;
         }
-        if (serving != st) {
-            return true;
-        }
-        if (e instanceof UnavailableException) {
+        if (serving == st) {
+            if (!(e instanceof UnavailableException)) {
+                return false;
+            }
             leave(st, e);
-            return serving != st;
         }
-        return false;
+        return serving != st && attempt + 1 < regions.size();
     }
 
     /**
@@ -550,14 +549,21 @@ public final class IdmintClient implements AutoCloseable {
          * list. A range request goes to the one that answered last, and to the next when it fails.
          */
         public Builder urls(String... urls) {
-            for (String u : urls) {
-                for (String part : u.split(",")) {
+            this.urls.addAll(split(urls));
+            return this;
+        }
+
+        /** Returns the URLs of urls, each of which may be a comma-separated list. */
+        private static List<String> split(String... urls) {
+            List<String> out = new ArrayList<>();
+            for (String u : urls == null ? new String[0] : urls) {
+                for (String part : u == null ? new String[0] : u.split(",")) {
                     if (!part.isBlank()) {
-                        this.urls.add(part.trim());
+                        out.add(part.trim());
                     }
                 }
             }
-            return this;
+            return out;
         }
 
         /** Adds base URLs of idmint instances (see {@link #urls(String...)}). */
@@ -575,15 +581,7 @@ public final class IdmintClient implements AutoCloseable {
          * combined with {@link #urls}.
          */
         public Builder region(String name, String... urls) {
-            List<String> list = new ArrayList<>();
-            for (String u : urls == null ? new String[0] : urls) {
-                for (String part : u == null ? new String[0] : u.split(",")) {
-                    if (!part.isBlank()) {
-                        list.add(part.trim());
-                    }
-                }
-            }
-            regions.add(Map.entry(name == null ? "" : name, list));
+            regions.add(Map.entry(name == null ? "" : name, split(urls)));
             return this;
         }
 
@@ -592,11 +590,9 @@ public final class IdmintClient implements AutoCloseable {
          * region (defaults 250ms and 10s): it doubles from min to max, jittered.
          */
         public Builder probe(Duration min, Duration max) {
-            this.probeMin = positive(min, "probe min");
-            this.probeMax = positive(max, "probe max");
-            if (max.compareTo(min) < 0) {
-                throw new IllegalArgumentException("probe: max " + max + " is below min " + min);
-            }
+            bounds(min, max, "probe");
+            this.probeMin = min;
+            this.probeMax = max;
             return this;
         }
 
@@ -675,12 +671,19 @@ public final class IdmintClient implements AutoCloseable {
 
         /** Sets the bounds of the pause between attempts of a load (defaults 20ms and 1s), with full jitter. */
         public Builder retry(Duration min, Duration max) {
-            this.retryMin = positive(min, "retry min");
-            this.retryMax = positive(max, "retry max");
-            if (max.compareTo(min) < 0) {
-                throw new IllegalArgumentException("retry: max " + max + " is below min " + min);
-            }
+            bounds(min, max, "retry");
+            this.retryMin = min;
+            this.retryMax = max;
             return this;
+        }
+
+        /** Checks that min and max are positive, max not below min. */
+        private static void bounds(Duration min, Duration max, String what) {
+            positive(min, what + " min");
+            positive(max, what + " max");
+            if (max.compareTo(min) < 0) {
+                throw new IllegalArgumentException(what + ": max " + max + " is below min " + min);
+            }
         }
 
         /** Sets the target life of one range, which the dynamic step aims for (default 15m). */

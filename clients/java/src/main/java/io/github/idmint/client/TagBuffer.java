@@ -762,6 +762,18 @@ final class TagBuffer {
         return err;
     }
 
+    /** Takes the unsettled requests out of the buffer. */
+    private List<Request> takePending() {
+        lock.lock();
+        try {
+            List<Request> reqs = new ArrayList<>(pending);
+            pending.clear();
+            return reqs;
+        } finally {
+            lock.unlock();
+        }
+    }
+
     /** Counts and logs as gaps the unused ranges of a down stint, and gives up its unsettled requests. */
     private void abandonDown(List<long[]> unused) {
         for (long[] r : unused) {
@@ -769,14 +781,7 @@ final class TagBuffer {
             log(Level.WARNING, "idmint: ABANDONED ids: the client left region %s, which could not grant; not given back (a gap): biz_tag=%s first=%s last=%s",
                     stint.region.name, tag, r[0], r[1]);
         }
-        List<Request> reqs;
-        lock.lock();
-        try {
-            reqs = new ArrayList<>(pending);
-            pending.clear();
-        } finally {
-            lock.unlock();
-        }
+        List<Request> reqs = takePending();
         for (Request req : reqs) {
             stint.region.abandoned.incrementAndGet();
             log(Level.WARNING, "idmint: ABANDONED request: its reply was lost and the client left region %s; it is never looked up nor sent elsewhere; if it committed, its range is a gap (the region's segment log has it): biz_tag=%s request_id=%s",
@@ -844,14 +849,7 @@ final class TagBuffer {
      * log has if it committed after all.
      */
     private void settlePending() {
-        List<Request> reqs;
-        lock.lock();
-        try {
-            reqs = new ArrayList<>(pending);
-            pending.clear();
-        } finally {
-            lock.unlock();
-        }
+        List<Request> reqs = takePending();
         for (Request req : reqs) {
             try {
                 Grant g = instances.grant(req, 0);
