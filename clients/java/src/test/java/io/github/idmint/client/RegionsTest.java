@@ -132,6 +132,11 @@ class RegionsTest {
             return out;
         }
 
+        /** Returns the tag's max_id in the region's database. */
+        long maxId() throws Exception {
+            return Long.parseLong(psql(url, "SELECT max_id FROM idmint_tags WHERE biz_tag = '" + TAG + "'"));
+        }
+
         @Override
         public void close() throws InterruptedException {
             kill();
@@ -446,6 +451,49 @@ class RegionsTest {
                 assertInstanceOf(SharesOverlapException.class, assertThrows(IdmintException.class, () -> c.next(TAG)));
                 assertEquals(1, b.segmentLog().size(), "b granted the one range refused");
             } finally {
+                c.close();
+            }
+        }
+    }
+
+    /**
+     * Each range goes back to the region that granted it: the client moves to b (home killed),
+     * returns home (b's tails go back to b), and closes (home's go back home); the tail of tag user,
+     * in the stint at home left as down, is a counted gap, never sent to b.
+     */
+    @Test
+    void tailsGoBackToTheirRegion() throws Exception {
+        try (TestRegion a = new TestRegion("a", "a,b", 1, 1); TestRegion b = new TestRegion("b", "a,b", B_START + 1, 1)) {
+            IdmintServer.run("tag", "create", "user", "--step", "100", "--max-step", "100", "--database-url", a.url);
+            IdmintClient c = client(a.urls(), b.urls());
+            Load l = null;
+            try {
+                c.next("user"); // its range stays in home's buffer when the client leaves home: a gap
+                l = new Load(c, 1);
+                Load load = l;
+                waitServing(c, l, "a", System.nanoTime() - TimeUnit.MINUTES.toNanos(1));
+                long killed = System.nanoTime();
+                a.kill();
+                waitServing(c, l, "b", killed);
+                long restored = System.nanoTime();
+                a.start();
+                waitServing(c, l, "a", restored);
+                l.halt();
+                c.close();
+                IdmintClient.Stats st = c.stats();
+
+                Map<String, Long> highest = new HashMap<>();
+                for (long id : load.ids()) {
+                    highest.merge(regionOf(id), id, Math::max);
+                }
+                assertEquals(highest.get("a"), a.maxId(), "region a's max_id: its tails did not all go back to it");
+                assertEquals(highest.get("b"), b.maxId(), "region b's max_id: its tails did not all go back to it");
+                assertTrue(st.regions().get(0).gap() >= 99, "region a: gap below the 99 ids of tag user left in its buffer: " + st.regions());
+                System.out.printf("give-back: max_id a %d, b %d = the highest handed out from each; %s%n", a.maxId(), b.maxId(), st.regions());
+            } finally {
+                if (l != null) {
+                    l.halt();
+                }
                 c.close();
             }
         }
