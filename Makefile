@@ -253,11 +253,17 @@ mutate:
 
 # test-java runs the Java client's tests (clients/java) offline: Maven with
 # -o, from Debian's Maven repository (clients/java/.mvn/maven.config; .ci/run
-# installs the packages, install_java_packages), against a real idmint serve
-# on SQLite built here. Surefire stops a test JVM after 10 minutes.
+# installs the packages, install_java_packages), against real idmint serve
+# processes built here: on SQLite, and for the regions' tests (RegionsTest)
+# on PostgreSQL databases of a server of the test harness that
+# testkit/cmd/withpostgres runs beside Maven (IDMINT_TEST_PG, see
+# docs/testing.md), unless IDMINT_TEST_DATABASE_URL names one. Surefire
+# stops a test JVM after 10 minutes. E.g. make test-java JAVA_TESTS=RegionsTest
 test-java:
 	$(GO) build -o clients/java/target/idmint ./cmd/idmint
-	cd clients/java && IDMINT_BIN=$$PWD/target/idmint mvn -o -B -ntp test
+	$(GO) build -o clients/java/target/withpostgres ./testkit/cmd/withpostgres
+	cd clients/java && if [ -n "$$IDMINT_TEST_DATABASE_URL" ]; then pg=; else pg="target/withpostgres -env IDMINT_TEST_DATABASE_URL"; fi && \
+		IDMINT_BIN=$$PWD/target/idmint $$pg mvn -o -B -ntp test $(if $(JAVA_TESTS),-Dtest=$(JAVA_TESTS))
 
 # test-helm renders the Helm chart (deploy/helm/idmint) with Helm's Go
 # library, lints it and decodes every object strictly into the Kubernetes

@@ -86,11 +86,21 @@ done
 # A spec "py: MODULE PATTERN" runs the Python client's unittest module
 # (clients/python/tests/MODULE.py, the tests whose names contain PATTERN),
 # with $IDMINT_BIN when set, else the idmint built from the work tree.
+# A spec "mvn: TESTS" runs the Java client's tests (clients/java: Maven
+# offline, -Dtest=TESTS) against the work tree's idmint, beside a PostgreSQL
+# server of the test harness (testkit/cmd/withpostgres) unless
+# IDMINT_TEST_DATABASE_URL names one, as make test-java does.
 run_tests() {
 	if [[ $1 == py:* ]]; then
 		local module pattern
 		read -r module pattern <<<"${1#py: }"
 		(cd "$work/clients/python" && python3 -m unittest -v -k "$pattern" "tests.$module") >>"$2" 2>&1
+		return
+	fi
+	if [[ $1 == mvn:* ]]; then
+		(cd "$work" && $GO build -o clients/java/target/idmint ./cmd/idmint && $GO build -o clients/java/target/withpostgres ./testkit/cmd/withpostgres &&
+			cd clients/java && if [[ -n ${IDMINT_TEST_DATABASE_URL:-} ]]; then pg=(); else pg=(target/withpostgres -env IDMINT_TEST_DATABASE_URL); fi &&
+			IDMINT_BIN=$PWD/target/idmint "${pg[@]}" mvn -o -B -ntp test -Dtest="${1#mvn: }") >>"$2" 2>&1
 		return
 	fi
 	if [[ $1 == npm:* ]]; then
@@ -149,12 +159,12 @@ for i in "${chosen[@]}"; do
 		pkgs=() dir=.
 		[[ ${args[0]:-} == -C ]] && dir=${args[1]}
 		for a in "${args[@]}"; do [[ $a == ./* ]] && pkgs+=("$a"); done
-		if [[ ${tests[i]} != npm:* && ${tests[i]} != py:* ]] && ! (cd "$work/$dir" && $GO vet "${pkgs[@]}") >"$log" 2>&1; then
+		if [[ ${tests[i]} != npm:* && ${tests[i]} != py:* && ${tests[i]} != mvn:* ]] && ! (cd "$work/$dir" && $GO vet "${pkgs[@]}") >"$log" 2>&1; then
 			status="DOES NOT COMPILE"
 		elif run_tests "${tests[i]}" "$log"; then
 			status="SURVIVED"
 		else
-			killers=$({ grep -oE -- '--- FAIL: [^ ]+' "$log" | awk '{print $3}'; grep -oE -- '^(FAIL|ERROR): [^ ]+' "$log" | awk '{print $2}'; } | sort -u | head -3 | paste -sd, - || true)
+			killers=$({ grep -oE -- '--- FAIL: [^ ]+|\[ERROR\]   [A-Za-z]+Test\.[A-Za-z]+' "$log" | awk '{print $NF}'; grep -oE -- '^(FAIL|ERROR): [^ ]+' "$log" | awk '{print $2}'; } | sort -u | head -3 | paste -sd, - || true)
 			status="killed by ${killers:-a failing test run}"
 		fi
 	fi

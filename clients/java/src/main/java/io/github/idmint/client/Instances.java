@@ -27,15 +27,45 @@ final class Instances {
     private final Duration attemptTimeout;
     /** The index in bases of the instance that answered last. */
     private final AtomicInteger preferred = new AtomicInteger();
-    /** Range requests sent: attempts, not loads. */
-    final AtomicLong requests = new AtomicLong();
+    /** Range requests sent: attempts, not loads; one counter for all of a client's instances. */
+    final AtomicLong requests;
+    /** Set when the client left the region under these instances: nothing more is sent. */
+    private volatile boolean stopped;
 
-    Instances(List<String> bases, HttpClient http, String token, Duration attemptTimeout) {
+    Instances(List<String> bases, HttpClient http, String token, Duration attemptTimeout, AtomicLong requests) {
         this.bases = List.copyOf(bases);
         this.http = http;
         this.token = token;
         this.attemptTimeout = attemptTimeout;
+        this.requests = requests;
     }
+
+    /** Stops every send: each throws an IOException from then on, without reaching an instance. */
+    void stop() {
+        stopped = true;
+    }
+
+    /**
+     * Reports whether an instance answers GET /id/live with 200: the process is up and reachable.
+     * Whether the region grants is for a load to tell.
+     */
+    boolean live() throws InterruptedException {
+        for (String base : bases) {
+            HttpRequest.Builder b = HttpRequest.newBuilder(URI.create(base + PATH_LIVE)).timeout(attemptTimeout).GET();
+            try {
+                HttpResponse<Void> resp = http.send(b.build(), HttpResponse.BodyHandlers.discarding());
+                if (resp.statusCode() == 200) {
+                    return true;
+                }
+            } catch (IOException e) {
+                // the next one
+            }
+        }
+        return false;
+    }
+
+    /** Answers 200 while an instance's process is up. */
+    private static final String PATH_LIVE = "/id/live";
 
     /**
      * Round is every instance asked once, without an answer that settles the request: the last
@@ -125,6 +155,9 @@ final class Instances {
      * other reply is an ApiError.
      */
     private byte[] post(String url, byte[] body, String idempotencyKey) throws ApiError, IOException, InterruptedException {
+        if (stopped) {
+            throw new IOException("idmint " + url + ": not sent: the client left the region under this request");
+        }
         HttpRequest.Builder b = HttpRequest.newBuilder(URI.create(url))
                 .timeout(attemptTimeout)
                 .header("Content-Type", "application/json")

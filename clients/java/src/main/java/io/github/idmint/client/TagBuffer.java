@@ -132,6 +132,8 @@ final class TagBuffer {
     private final String tag;
     private final Settings cfg;
     private final Instances instances;
+    /** The stint the buffer belongs to: its region's instances, floor and shares. */
+    private final Stint stint;
     private final ExecutorService loads;
 
     /** The range being served; read without the lock on the fast path. */
@@ -174,11 +176,24 @@ final class TagBuffer {
     /** The callers waiting for the next range, first come first. */
     private final ArrayDeque<Waiter> waiters = new ArrayDeque<>();
 
-    TagBuffer(String tag, Settings cfg, Instances instances, ExecutorService loads) {
+    TagBuffer(String tag, Settings cfg, Stint stint, ExecutorService loads) {
         this.tag = tag;
         this.cfg = cfg;
-        this.instances = instances;
+        this.stint = stint;
+        this.instances = stint.instances;
         this.loads = loads;
+        this.highest = stint.region.floor(tag);
+    }
+
+    /** Reports whether the buffer has nothing to hand out: no ID left in the current range, no next one. */
+    boolean empty() {
+        lock.lock();
+        try {
+            Span s = cur;
+            return next == null && (s == null || s.used() >= s.size());
+        } finally {
+            lock.unlock();
+        }
     }
 
     /** Returns the next ID. It waits only when both ranges are empty: at most waitTimeout without a range. */
@@ -495,6 +510,15 @@ final class TagBuffer {
                 }
             }
             pause = true;
+            if (stint.down()) {
+                // The client left the region: nothing more is sent to it under this request, which
+                // close gives up if it may have committed.
+                if (uncertain) {
+                    keep(req);
+                }
+                throw new UnavailableException("tag \"" + tag + "\": the client left region \"" + stint.region.name
+                        + "\": nothing more is sent to it", 0, null, tag, cfg.minBackoff(), lastFailure);
+            }
             Grant g;
             try {
                 g = instances.grant(req, floor());
@@ -516,11 +540,19 @@ final class TagBuffer {
                 lastFailure = e;
                 lastAnswer = e.lastAnswer;
                 retryAfter = e.retryAfterMillis;
+                stint.roundFailed(this, e);
                 continue;
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
                 keep(req);
                 throw new UnavailableException("tag \"" + tag + "\": load interrupted", 0, null, tag, cfg.minBackoff(), e);
+            }
+            String conflict = stint.checkShare(g);
+            if (conflict != null) {
+                stint.region.gap.addAndGet(g.size());
+                log(Level.ERROR, "idmint: REFUSED segment: the regions' shares may overlap; it is never served (a gap), nor is any id from now on: biz_tag=%s region=%s first=%s last=%s: %s",
+                        tag, stint.region.name, g.first(), g.last(), conflict);
+                throw new SharesOverlapException(conflict, tag);
             }
             if (g.recovered() && settledGap(g)) {
                 log(Level.WARNING, "idmint: ABANDONED ids: granted to a request whose reply was lost, found only after the tag was granted more (a gap): biz_tag=%s first=%s last=%s",
@@ -640,6 +672,7 @@ final class TagBuffer {
 
     private void grantedLocked(Grant g) {
         highest = g.last();
+        stint.region.raise(tag, highest);
         step = g.size();
         minStep = g.step();
         maxStep = g.maxStep();
@@ -677,8 +710,12 @@ final class TagBuffer {
      * request of its grant (an instance takes it back only when nobody was granted anything since).
      * The rest is a gap, logged. Requests still unsettled are sent once more, to log what they were
      * granted. Returns the first give-back error, or null.
+     *
+     * <p>The buffer of a stint that is down (its region could not grant) sends nothing: its unused
+     * IDs are a gap and its unsettled requests are given up, each counted and logged.
      */
     Exception close() {
+        boolean down = stint.down();
         List<long[]> unused = new ArrayList<>();
         lock.lock();
         try {
@@ -699,7 +736,7 @@ final class TagBuffer {
             }
             changed.signalAll();
             // A load in flight that committed comes back with its range, which goes back too.
-            long end = System.nanoTime() + CLOSE_WAIT_NANOS;
+            long end = System.nanoTime() + (down ? 0 : CLOSE_WAIT_NANOS);
             while (loading && end - System.nanoTime() > 0) {
                 changed.awaitNanos(end - System.nanoTime());
             }
@@ -716,9 +753,40 @@ final class TagBuffer {
         } finally {
             lock.unlock();
         }
+        if (down) {
+            abandonDown(unused);
+            return null;
+        }
         Exception err = giveBack(unused);
         settlePending();
         return err;
+    }
+
+    /** Takes the unsettled requests out of the buffer. */
+    private List<Request> takePending() {
+        lock.lock();
+        try {
+            List<Request> reqs = new ArrayList<>(pending);
+            pending.clear();
+            return reqs;
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    /** Counts and logs as gaps the unused ranges of a down stint, and gives up its unsettled requests. */
+    private void abandonDown(List<long[]> unused) {
+        for (long[] r : unused) {
+            stint.region.gap.addAndGet(r[1] - r[0] + 1);
+            log(Level.WARNING, "idmint: ABANDONED ids: the client left region %s, which could not grant; not given back (a gap): biz_tag=%s first=%s last=%s",
+                    stint.region.name, tag, r[0], r[1]);
+        }
+        List<Request> reqs = takePending();
+        for (Request req : reqs) {
+            stint.region.abandoned.incrementAndGet();
+            log(Level.WARNING, "idmint: ABANDONED request: its reply was lost and the client left region %s; it is never looked up nor sent elsewhere; if it committed, its range is a gap (the region's segment log has it): biz_tag=%s request_id=%s",
+                    stint.region.name, tag, req.id());
+        }
     }
 
     private Exception giveBack(List<long[]> unused) {
@@ -753,6 +821,7 @@ final class TagBuffer {
             }
         }
         for (long[] r : unused) {
+            stint.region.gap.addAndGet(r[1] - r[0] + 1);
             log(Level.WARNING, "idmint: ABANDONED ids: granted but never handed out (a gap): biz_tag=%s first=%s last=%s",
                     tag, r[0], r[1]);
         }
@@ -780,17 +849,11 @@ final class TagBuffer {
      * log has if it committed after all.
      */
     private void settlePending() {
-        List<Request> reqs;
-        lock.lock();
-        try {
-            reqs = new ArrayList<>(pending);
-            pending.clear();
-        } finally {
-            lock.unlock();
-        }
+        List<Request> reqs = takePending();
         for (Request req : reqs) {
             try {
                 Grant g = instances.grant(req, 0);
+                stint.region.gap.addAndGet(g.size());
                 log(Level.WARNING, "idmint: ABANDONED ids: granted to a request unsettled at close (a gap): biz_tag=%s request_id=%s first=%s last=%s",
                         tag, req.id(), g.first(), g.last());
             } catch (Exception e) {

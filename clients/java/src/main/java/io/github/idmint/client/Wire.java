@@ -58,7 +58,8 @@ final class Wire {
                 o.path("biz_tag").asText(""),
                 o.path("request_id").asText(""),
                 o.path("recovered").asBoolean(false),
-                o.path("runway_seconds").asDouble(0));
+                o.path("runway_seconds").asDouble(0),
+                Share.fromJson(o.get("region")));
     }
 
     /** Reads given_back of a reply of POST /v1/segments/giveback. */
@@ -96,7 +97,7 @@ final class Wire {
     }
 
     /** Reads a 64-bit integer written as a decimal string (or, leniently, a JSON integer). */
-    private static long int64(JsonNode o, String field) throws IOException {
+    static long int64(JsonNode o, String field) throws IOException {
         JsonNode v = o.get(field);
         if (v != null && v.isTextual()) {
             try {

@@ -109,9 +109,18 @@ public final class IdmintServer implements AutoCloseable {
      * goes to dir/serve.log.
      */
     public static IdmintServer start(Path dir, String... extra) throws IOException, InterruptedException {
+        return startOn(dir.resolve("serve.log"), database(dir), "127.0.0.1:0", extra);
+    }
+
+    /**
+     * Starts {@code idmint serve} on the database of databaseUrl, listening on listen, as {@link
+     * #start(Path, String...)} does; its log goes to the file log.
+     */
+    public static IdmintServer startOn(Path logFile, String databaseUrl, String listen, String... extra)
+            throws IOException, InterruptedException {
         List<String> cmd = new ArrayList<>(List.of(binary().toString(), "serve",
-                "--database-url", database(dir),
-                "--listen", "127.0.0.1:0",
+                "--database-url", databaseUrl,
+                "--listen", listen,
                 "--log-format", "json",
                 "--range-grants-per-second", "0",
                 "--snowflake=false",
@@ -120,7 +129,7 @@ public final class IdmintServer implements AutoCloseable {
         boolean tls = cmd.contains("--tls-cert");
         Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
         BufferedReader r = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8));
-        PrintWriter log = new PrintWriter(Files.newBufferedWriter(dir.resolve("serve.log")), true);
+        PrintWriter log = new PrintWriter(Files.newBufferedWriter(logFile), true);
         CompletableFuture<String> listening = new CompletableFuture<>();
         Thread pump = new Thread(() -> {
             try (log) {
@@ -134,7 +143,7 @@ public final class IdmintServer implements AutoCloseable {
             } catch (IOException e) {
                 // the process ended
             }
-            listening.completeExceptionally(new IOException("idmint serve ended before listening; see " + dir.resolve("serve.log")));
+            listening.completeExceptionally(new IOException("idmint serve ended before listening; see " + logFile));
         }, "idmint-serve-log");
         pump.setDaemon(true);
         pump.start();
@@ -154,6 +163,11 @@ public final class IdmintServer implements AutoCloseable {
     /** Returns the server's base URL (https://localhost:PORT when it serves TLS, for its certificate's name). */
     public String url() {
         return tls ? "https://localhost:" + port() : "http://" + address;
+    }
+
+    /** SIGKILLs the process and waits until it is gone. */
+    public void kill() throws InterruptedException {
+        process.destroyForcibly().waitFor(10, TimeUnit.SECONDS);
     }
 
     @Override

@@ -47,6 +47,8 @@ final class Proxy implements AutoCloseable {
     });
     private final List<Exchange> exchanges = new ArrayList<>();
     private volatile Function<Integer, Action> policy = n -> Action.FORWARD;
+    /** Set: GET /id/live is answered with a reset, as if the instance were down. */
+    private volatile boolean deadLive;
     private int seen;
 
     Proxy(int targetPort) throws IOException {
@@ -58,6 +60,11 @@ final class Proxy implements AutoCloseable {
     /** Sends the next requests to another port. */
     void target(int port) {
         this.target = port;
+    }
+
+    /** Makes GET /id/live fail (a reset) while dead is set, and pass again when not. */
+    void deadLive(boolean dead) {
+        this.deadLive = dead;
     }
 
     /** Sets the policy: it gets the index of each range request (POST /v1/segments), from 0. */
@@ -125,6 +132,10 @@ final class Proxy implements AutoCloseable {
                 action = policy.apply(n);
             }
             OutputStream out = client.getOutputStream();
+            if (path.equals("/id/live") && deadLive) {
+                client.setSoLinger(true, 0);
+                return;
+            }
             if (action == Action.ANSWER_503) {
                 String reply = "{\"error\":{\"code\":\"unavailable\",\"message\":\"proxy: try again\"}}";
                 record(new Exchange(path, requestId, text, 503, reply, action));
