@@ -55,6 +55,8 @@ export class LossyProxy {
           up.destroy();
           return;
         }
+        // A reply passed: the next request's bytes start afresh.
+        request = "";
         down.write(d);
       });
       const end = () => {
