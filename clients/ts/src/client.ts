@@ -237,7 +237,9 @@ export class Client {
       }
     } catch (e) {
       const err = this.callerError(e);
-      if (err instanceof IdmintError) {
+      // The conflict is one error for every call: it carries no call's IDs
+      // (those taken before it are a gap).
+      if (err instanceof IdmintError && !(err instanceof SharesOverlapError)) {
         err.ids = ids;
       }
       throw err;

@@ -3,6 +3,8 @@
 
 import { strict as assert } from "node:assert";
 import { describe, it } from "node:test";
+import { SharesOverlapError } from "../src/errors.js";
+import { Region, Shares } from "../src/region.js";
 import { checkRange, compatible, MAX_ID, nextOwned, ShareConflict, type Epoch, type Share } from "../src/share.js";
 
 function shareOf(epochs: Omit<Epoch, "index">[], k: number, slots = epochs[0]!.regions.length): Share {
@@ -114,4 +116,42 @@ describe("share.checkRange", () => {
       else assert.throws(() => checkRange(s, first, last, other), ShareConflict);
     });
   }
+});
+
+describe("Shares.check", () => {
+  // With several regions, a range is served only with its own region's
+  // share, which owns it and agrees with the others'; the first
+  // disagreement stays.
+  const regions = [new Region("a", 0, []), new Region("b", 1, [])];
+  const [a, b] = regions as [Region, Region];
+  const share = (name: string, index: number): Share => ({
+    name,
+    workerSlot: index,
+    workerSlots: 8,
+    epochs: [{ from: 1n, to: 0n, block: 100n, regions: ["a", "b"], index }],
+  });
+  const cases: [string, Region, bigint, bigint, Share | undefined][] = [
+    ["no share", b, 101n, 200n, undefined],
+    ["another region's share", b, 1n, 100n, share("a", 0)],
+    ["outside its share", b, 1n, 100n, share("b", 1)],
+    ["overlapping a's", b, 1n, 100n, { name: "b", workerSlot: 1, workerSlots: 8, epochs: [{ from: 1n, to: 0n, block: 100n, regions: ["b", "a"], index: 0 }] }],
+  ];
+  for (const [name, from, first, last, s] of cases) {
+    it(name, () => {
+      const sh = new Shares(regions);
+      assert.equal(sh.check(a, 1n, 100n, share("a", 0)), undefined, "a's own range");
+      assert.ok(sh.check(from, first, last, s) instanceof SharesOverlapError);
+      assert.ok(sh.check(a, 201n, 300n, share("a", 0)) instanceof SharesOverlapError, "a range after the conflict");
+    });
+  }
+  it("b's first range of all with a's share", () => {
+    assert.ok(new Shares(regions).check(b, 1n, 100n, share("a", 0)) instanceof SharesOverlapError);
+  });
+  it("serves ranges that agree, and a single region without a share", () => {
+    const sh = new Shares(regions);
+    assert.equal(sh.check(a, 1n, 100n, share("a", 0)), undefined);
+    assert.equal(sh.check(b, 101n, 200n, share("b", 1)), undefined);
+    assert.equal(sh.check(a, 201n, 250n, share("a", 0)), undefined);
+    assert.equal(new Shares([a]).check(a, 101n, 200n, undefined), undefined);
+  });
 });
