@@ -190,6 +190,22 @@ describe("regions", () => {
     }
   });
 
+  it("never moves on a refusal", async () => {
+    const a = await Server.start({ tags: [{ name: "known" }] });
+    const b = await Server.start({ tags: [{ name: "known" }] });
+    const c = regionsClient([a.url], [b.url]);
+    try {
+      const err = await c.next("nope").catch((e: unknown) => e);
+      assert.ok(err instanceof IdmintError && err.code === "unknown_tag" && err.final, `next: ${String(err)}`);
+      const st = c.stats();
+      assert.ok(st.region === "a" && st.failovers === 0, `region ${st.region}, failovers ${st.failovers}`);
+    } finally {
+      await c.close();
+      await a.stop();
+      await b.stop();
+    }
+  });
+
   it("fails over to b when home's processes die, and returns home when they are back", async () => {
     const a = await TestRegion.claimed(pg, "a", "a,b", 1n, 2);
     const b = await TestRegion.claimed(pg, "b", "a,b", bStart + 1n, 1);
