@@ -63,6 +63,11 @@ class TestRegion {
     await Promise.all(this.servers.map((s) => s.kill()));
   }
 
+  /** maxID is the tag's max_id in the region's database. */
+  maxID(): bigint {
+    return BigInt(this.pg.query(this.dbUrl, `SELECT max_id FROM idmint_tags WHERE biz_tag = '${tag}'`)[0]![0]!);
+  }
+
   /** segmentLog is the region's segment log of the tag: request ID → range. */
   segmentLog(): Map<string, [bigint, bigint]> {
     const rows = this.pg.query(this.dbUrl, `SELECT request_id::text, first_id, last_id FROM idmint_segments WHERE biz_tag = '${tag}'`);
@@ -285,6 +290,41 @@ describe("regions", () => {
       await l.halt();
       await c.close().catch(() => {});
       await proxy.close();
+      await a.kill();
+      await b.kill();
+    }
+  });
+
+  it("gives each range back to the region that granted it; a down region's tails are a gap", async () => {
+    const a = await TestRegion.claimed(pg, "a", "a,b", 1n, 1);
+    const b = await TestRegion.claimed(pg, "b", "a,b", bStart + 1n, 1);
+    // A second tag, served once from home: its range is in home's buffer
+    // when the client leaves home, a gap that cannot go back.
+    run(["tag", "create", "user", "--database-url", a.dbUrl, "--step", "100", "--max-step", "100"]);
+    const c = regionsClient(a.urls, b.urls);
+    const l = new Load(c, 1);
+    try {
+      await c.next("user");
+      await waitServing(c, l, "a", 0);
+      await a.kill();
+      await waitServing(c, l, "b", Date.now());
+      await a.start();
+      await waitServing(c, l, "a", Date.now());
+      await l.halt();
+      await c.close();
+      const st = c.stats();
+      const highest: Record<string, bigint> = { a: 0n, b: 0n };
+      for (const id of l.ids) {
+        if (id > highest[regionOf(id)]!) highest[regionOf(id)] = id;
+      }
+      for (const r of [a, b]) {
+        assert.equal(r.maxID(), highest[r.name], `region ${r.name}: max_id is not the highest id handed out from it: its tails did not all go back to it`);
+      }
+      assert.ok(st.regions[0]!.gap >= 99, `region a: gap ${st.regions[0]!.gap}, want at least the 99 ids of tag user left in its buffer when the client left a (${show(st.regions)})`);
+      console.log(`give-back: max_id a ${a.maxID()}, b ${b.maxID()}, the highest ids handed out from each; regions ${show(st.regions)}`);
+    } finally {
+      await l.halt();
+      await c.close().catch(() => {});
       await a.kill();
       await b.kill();
     }
