@@ -276,6 +276,7 @@ test-helm:
 # test-ts installs the TypeScript client's pinned packages (clients/ts,
 # package-lock.json; Node 20 and npm) and runs its tests: that src/gen is
 # what buf generate makes of proto/, then node:test against real
-# `idmint serve` processes built from this tree (go build) on SQLite.
+# `idmint serve` processes built from this tree (go build) on SQLite, and
+# for the regions tests on a throwaway local PostgreSQL cluster (initdb).
 test-ts:
 	cd clients/ts && npm ci --no-audit --no-fund && npm test

@@ -94,6 +94,32 @@ interface Waiter {
   timer: ReturnType<typeof setTimeout>;
 }
 
+/**
+ * What a buffer's client adds to it: the floor it starts from (its
+ * region's, kept across stints), a check of every grant before it is
+ * served (the regions' shares), and the region's floor raised with it.
+ */
+export interface BufferHooks {
+  /** The highest ID the region granted the tag before (0n: none). */
+  floor?: bigint;
+  /** check returns an error to refuse g (a gap), undefined to serve it. */
+  check?(g: Grant): IdmintError | undefined;
+  /** raised is told the last ID of every range the region granted. */
+  raised?(last: bigint): void;
+}
+
+/** How close ends a buffer. */
+export interface CloseMode {
+  /**
+   * down: its region could not grant and was left: nothing more is sent
+   * to it (no give-back, no lookup of an unsettled request); what it held
+   * and any unsettled request are given up (gaps).
+   */
+  down?: boolean;
+  /** The error callers waiting get (default: "closed"). */
+  waiterError?: IdmintError;
+}
+
 // Unsettled requests kept per tag (a load that gave up, maybe granted).
 const maxPending = 8;
 
@@ -124,6 +150,8 @@ export class TagBuffer {
   private lastLatencyMs = 0;
   private issued = 0;
   private counts = { loads: 0, recovered: 0, failures: 0, refused: 0, givenBack: 0, abandoned: 0 };
+  /** Requests given up unsettled when a down buffer closed. */
+  abandonedRequests = 0;
   /** Called after a load failed with a final refusal (the Client may drop the buffer). */
   onRefused: ((err: IdmintError) => void) | undefined;
 
@@ -131,7 +159,15 @@ export class TagBuffer {
     readonly tag: string,
     private readonly granter: Granter,
     private readonly cfg: BufferConfig,
-  ) {}
+    private readonly hooks: BufferHooks = {},
+  ) {
+    this.floor = hooks.floor ?? 0n;
+  }
+
+  /** empty reports whether the buffer has no ID to hand out now. */
+  get empty(): boolean {
+    return (this.cur === undefined || this.cur.next > this.cur.last) && (this.nextSpan === undefined || this.nextSpan.next > this.nextSpan.last);
+  }
 
   /** loadedOnce reports whether a range was ever granted to the buffer. */
   get loadedOnce(): boolean {
@@ -395,6 +431,14 @@ export class TagBuffer {
       return;
     }
     this.floor = g.last;
+    this.hooks.raised?.(g.last);
+    const refusal = this.hooks.check?.(g);
+    if (refusal !== undefined) {
+      this.counts.refused++;
+      this.counts.abandoned += Number(g.last - g.first + 1n);
+      this.failed(refusal);
+      return;
+    }
     this.step = Number(g.last - g.first + 1n);
     this.minStep = g.minStep;
     this.maxStep = g.maxStep;
@@ -463,7 +507,7 @@ export class TagBuffer {
    * unsettled are sent once more, and what they were granted given back
    * too. The rest is a gap. Callers waiting get a "closed" error.
    */
-  async close(deadline: number): Promise<void> {
+  async close(deadline: number, mode: CloseMode = {}): Promise<void> {
     if (this.closed) {
       return;
     }
@@ -472,7 +516,7 @@ export class TagBuffer {
     this.waiters = [];
     for (const w of waiters) {
       clearTimeout(w.timer);
-      w.reject(closedError(this.tag));
+      w.reject(mode.waiterError ?? closedError(this.tag));
     }
     // The unused IDs are taken out now, before any await: no caller can
     // take from them while close waits below.
@@ -486,7 +530,7 @@ export class TagBuffer {
     add(this.cur);
     add(this.nextSpan);
     this.cur = this.nextSpan = undefined;
-    if (this.loading !== undefined) {
+    if (this.loading !== undefined && !mode.down) {
       let timer: ReturnType<typeof setTimeout> | undefined;
       await Promise.race([this.loading, new Promise<void>((r) => (timer = setTimeout(r, Math.max(0, Math.min(this.cfg.closeWaitMs, deadline - Date.now())))))]);
       clearTimeout(timer);
@@ -496,6 +540,20 @@ export class TagBuffer {
     // A load that ended during close left its range here, never served.
     this.late.forEach(add);
     this.late = [];
+    if (mode.down) {
+      // Nothing more goes to a region left: its unsettled requests are
+      // never looked up nor sent elsewhere, and nothing is given back.
+      for (const req of this.pending.splice(0)) {
+        this.abandonedRequests++;
+        this.warn("ABANDONED request: its reply was lost and the client left the region; it is never looked up nor sent elsewhere; if it committed, its range is a gap (the region's segment log has it)", {
+          request_id: req.id,
+        });
+      }
+      for (const { r } of unused) {
+        this.counts.abandoned += Number(r.last - r.first + 1n);
+      }
+      return;
+    }
     for (const req of this.pending.splice(0)) {
       try {
         // Served by nobody: give it back with the rest (the instance takes

@@ -23,6 +23,12 @@ export const ClientCode = {
   BadArgument: "bad_argument",
   /** An instance's reply did not carry idmint's error code (a proxy's, say). */
   Transport: "transport",
+  /**
+   * Two regions' shares may overlap (or a region answered with another's
+   * share, or none): the client hands out no ID from then on; final, never
+   * worth a retry (SharesOverlapError).
+   */
+  SharesOverlap: "shares_overlap",
 } as const;
 
 /**
@@ -98,6 +104,21 @@ export class IdmintError extends Error {
    */
   get final(): boolean {
     return this.disposition === "final";
+  }
+}
+
+/**
+ * SharesOverlapError means that two of the client's regions sent shares of
+ * the ID space that may overlap, or that a region's reply came from a
+ * database of another region or of none: the client may have been given the
+ * same ID by two regions. It hands out no ID from then on (a gap, never a
+ * duplicate) and every call rejects with this error; it is final, not
+ * "unavailable": the deployment's shares must be fixed (docs/regions.md).
+ */
+export class SharesOverlapError extends IdmintError {
+  override name = "SharesOverlapError";
+  constructor(message: string, cause?: unknown) {
+    super(ClientCode.SharesOverlap, `the regions' shares may overlap: the client hands out no more ids: ${message}`, { disposition: "final", cause });
   }
 }
 

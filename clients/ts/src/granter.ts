@@ -4,6 +4,7 @@
 import { createClient as createConnectClient, type Client as ConnectClient, type Transport } from "@connectrpc/connect";
 import { SegmentService } from "./gen/idmint/v1/segments_pb.js";
 import { IdmintError, fromConnect, notSent } from "./errors.js";
+import { shareFromProto, type Share } from "./share.js";
 
 /** An inclusive range of IDs. */
 export interface Range {
@@ -32,6 +33,8 @@ export interface Grant extends Range {
   maxStep: number;
   /** The request had been granted before (a retry after a lost reply). */
   recovered: boolean;
+  /** The share of the region that granted it, when the reply carried one. */
+  share: Share | undefined;
 }
 
 /** An instance: its base URL and the Connect transport to it. */
@@ -49,19 +52,29 @@ export class Granter {
   private readonly clients: { url: string; segments: ConnectClient<typeof SegmentService> }[];
   /** The index of the instance that answered last. */
   private preferred = 0;
-  /** Range requests sent (attempts, not loads). */
-  requests = 0;
+  /**
+   * Told when one request reached every instance and none answered with a
+   * range or a refusal: the client may leave the region.
+   */
+  onEveryInstanceFailed: ((tag: string, err: IdmintError) => void) | undefined;
 
   constructor(
     endpoints: Endpoint[],
     private readonly token: string | undefined,
     private readonly attemptTimeoutMs: number,
+    /** Range requests sent (attempts, not loads), counted with other granters'. */
+    private readonly counter: { requests: number } = { requests: 0 },
   ) {
     this.clients = endpoints.map((e) => ({ url: e.url, segments: createConnectClient(SegmentService, e.transport) }));
   }
 
   private headers(): Record<string, string> {
     return this.token ? { Authorization: `Bearer ${this.token}` } : {};
+  }
+
+  /** Range requests sent (attempts, not loads). */
+  get requests(): number {
+    return this.counter.requests;
   }
 
   /**
@@ -92,6 +105,9 @@ export class Granter {
           throw err;
         }
         last = err;
+        if (i === n - 1) {
+          this.onEveryInstanceFailed?.(req.tag, err);
+        }
       }
     }
     throw last ?? new IdmintError("unavailable", `biz_tag ${JSON.stringify(req.tag)}: no time left for a range request`, { tag: req.tag, disposition: "retry" });
@@ -99,7 +115,7 @@ export class Granter {
 
   private async grant(u: number, req: Request, floor: bigint, timeoutMs: number, signal: AbortSignal): Promise<Grant> {
     const c = this.clients[u]!;
-    this.requests++;
+    this.counter.requests++;
     let reply;
     try {
       reply = await c.segments.grantRange(
@@ -125,6 +141,7 @@ export class Granter {
       minStep: Number(reply.step),
       maxStep: Number(reply.maxStep),
       recovered: reply.recovered,
+      share: shareFromProto(reply.region),
     };
   }
 

@@ -6,7 +6,7 @@ import { readFileSync } from "node:fs";
 import * as http from "node:http";
 import * as https from "node:https";
 import { createConnectTransport, Http2SessionManager } from "@connectrpc/connect-node";
-import { Client, type Options } from "./client.js";
+import { checkRegions, Client, type Options } from "./client.js";
 import { ClientCode, IdmintError } from "./errors.js";
 import type { Endpoint } from "./granter.js";
 
@@ -16,13 +16,29 @@ export { createClient as createClientWithTransports } from "./web.js";
 /** PEM text, or (a string without "-----BEGIN") the path of a PEM file. */
 export type Pem = string | Uint8Array;
 
+/** A region of the deployment: its name and its instances' base URLs. */
+export interface RegionURLs {
+  name: string;
+  /** An array, or one string with the URLs separated by commas. */
+  urls: string[] | string;
+}
+
 /** Options of createClient in Node. */
 export interface NodeOptions extends Options {
   /**
    * Base URLs of the instances ("http://host:8080", "https://host:8443"):
-   * an array, or one string with the URLs separated by commas.
+   * an array, or one string with the URLs separated by commas. They are
+   * one region, without a name; give regions instead for several.
    */
-  urls: string[] | string;
+  urls?: string[] | string;
+  /**
+   * The regions of a deployment whose databases own disjoint shares of
+   * every tag's ID space, in order of preference: the first is home. The
+   * client serves from one at a time, moves to the next when it cannot
+   * grant within the wait, and returns home once home grants again; each
+   * needs a name and URLs. Not with urls.
+   */
+  regions?: RegionURLs[];
   /** CA bundle that signs the instances' certificates (default: Node's CAs). */
   ca?: Pem;
   /** Client certificate and its key, for instances serving --tls-client-ca. */
@@ -61,13 +77,19 @@ export function parseURLs(urls: string[] | string): string[] {
  * nothing until the first next() (or ready()).
  */
 export function createClient(opts: NodeOptions): Client {
-  const urls = parseURLs(opts.urls);
+  if (opts.urls !== undefined && opts.regions !== undefined) {
+    throw new IdmintError(ClientCode.BadArgument, "idmint client: urls and regions are both set: give the URLs as one of the regions");
+  }
+  const regions = (opts.regions ?? []).map((r) => ({ name: r.name, urls: parseURLs(r.urls) }));
+  if (opts.regions !== undefined) {
+    checkRegions(regions.map((r) => ({ name: r.name, count: r.urls.length })));
+  }
   if ((opts.cert === undefined) !== (opts.key === undefined)) {
     throw new IdmintError(ClientCode.BadArgument, "idmint client: give both the client certificate and its key");
   }
   const tls = { ca: pem(opts.ca), cert: pem(opts.cert), key: pem(opts.key) };
   const closers: (() => void)[] = [];
-  const endpoints: Endpoint[] = urls.map((url) => {
+  const endpoint = (url: string): Endpoint => {
     const secure = url.startsWith("https:");
     if (opts.httpVersion === "1.1") {
       const agent = secure ? new https.Agent({ keepAlive: true, ...tls }) : new http.Agent({ keepAlive: true });
@@ -77,6 +99,21 @@ export function createClient(opts: NodeOptions): Client {
     const sessionManager = new Http2SessionManager(url, {}, secure ? tls : {});
     closers.push(() => sessionManager.abort());
     return { url, transport: createConnectTransport({ baseUrl: url, httpVersion: "2", useBinaryFormat: true, sessionManager }) };
-  });
-  return new Client(endpoints, opts, () => closers.forEach((c) => c()));
+  };
+  // live probes home with the instances' TLS settings (GET /id/live).
+  const live = (url: string, timeoutMs: number): Promise<boolean> =>
+    new Promise((resolve) => {
+      const get = url.startsWith("https:") ? https.get : http.get;
+      const req = get(`${url}/id/live`, { ...tls, agent: false, timeout: timeoutMs }, (res) => {
+        res.resume();
+        resolve(res.statusCode === 200);
+      });
+      req.on("timeout", () => req.destroy());
+      req.on("error", () => resolve(false));
+    });
+  const release = () => closers.forEach((c) => c());
+  if (opts.regions !== undefined) {
+    return new Client(regions.map((r) => ({ name: r.name, endpoints: r.urls.map(endpoint) })), opts, release, live);
+  }
+  return new Client(parseURLs(opts.urls ?? []).map(endpoint), opts, release, live);
 }

@@ -3,12 +3,14 @@
 // speaks the Connect protocol over fetch). Nothing here imports Node.
 
 import type { Transport } from "@connectrpc/connect";
-import { Client, type Options } from "./client.js";
+import { checkRegions, Client, type Options } from "./client.js";
+import { ClientCode, IdmintError } from "./errors.js";
 
-export { Client, type Options, type Stats } from "./client.js";
+export { Client, type LiveProbe, type Options, type Stats } from "./client.js";
+export type { RegionStats } from "./region.js";
 export type { Logger, TagStats } from "./buffer.js";
 export type { Range } from "./granter.js";
-export { ClientCode, ERROR_DOMAIN, IdmintError, isUnavailable, type Disposition } from "./errors.js";
+export { ClientCode, ERROR_DOMAIN, IdmintError, isUnavailable, SharesOverlapError, type Disposition } from "./errors.js";
 
 /** Options of createClient over transports the caller made. */
 export interface TransportOptions extends Options {
@@ -17,10 +19,22 @@ export interface TransportOptions extends Options {
    * transport is asked for the IDs of every tag; each range request goes to
    * the instance that answered last, then to the next.
    */
-  transports: { url: string; transport: Transport }[];
+  transports?: { url: string; transport: Transport }[];
+  /**
+   * The regions, home first, each with its instances' transports, instead
+   * of transports (see NodeOptions.regions). Home is probed with fetch.
+   */
+  regions?: { name: string; transports: { url: string; transport: Transport }[] }[];
 }
 
 /** createClient returns a client of the instances behind opts.transports. */
 export function createClient(opts: TransportOptions): Client {
-  return new Client(opts.transports, opts);
+  if (opts.transports !== undefined && opts.regions !== undefined) {
+    throw new IdmintError(ClientCode.BadArgument, "idmint client: transports and regions are both set: give the transports as one of the regions");
+  }
+  if (opts.regions !== undefined) {
+    checkRegions(opts.regions.map((r) => ({ name: r.name, count: r.transports.length })));
+    return new Client(opts.regions.map((r) => ({ name: r.name, endpoints: r.transports })), opts);
+  }
+  return new Client(opts.transports ?? [], opts);
 }

@@ -10,6 +10,9 @@ import { createServer, connect, type Server, type Socket } from "node:net";
 export class LossyProxy {
   /** Replies dropped so far. */
   drops = 0;
+  /** The request IDs (UUIDv7s) of the requests whose replies loseAll dropped. */
+  readonly lostIds = new Set<string>();
+  private losingAll = false;
   private armed = 0;
   private share = 0;
   private readonly sockets = new Set<Socket>();
@@ -25,8 +28,10 @@ export class LossyProxy {
       const up = connect(targetPort, "127.0.0.1");
       self.sockets.add(down).add(up);
       let asked = false;
+      let request = "";
       down.on("data", (d) => {
         asked = true;
+        request = (request + d.toString("latin1")).slice(-8192);
         up.write(d);
       });
       let chunks = 0;
@@ -34,6 +39,15 @@ export class LossyProxy {
         chunks++;
         // The first chunk is HTTP/2's SETTINGS, sent before any request.
         const unlucky = chunks > 1 && self.share > 0 && Math.random() < self.share;
+        if (self.losingAll) {
+          for (const m of request.matchAll(/[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}/g)) {
+            self.lostIds.add(m[0]);
+          }
+          self.drops++;
+          down.resetAndDestroy();
+          up.destroy();
+          return;
+        }
         if ((asked && self.armed > 0) || unlucky) {
           if (!unlucky) self.armed--;
           self.drops++;
@@ -41,6 +55,8 @@ export class LossyProxy {
           up.destroy();
           return;
         }
+        // A reply passed: the next request's bytes start afresh.
+        request = "";
         down.write(d);
       });
       const end = () => {
@@ -63,6 +79,15 @@ export class LossyProxy {
   /** dropReplies arms the proxy to lose the next n replies. */
   dropReplies(n = 1): void {
     this.armed += n;
+  }
+
+  /**
+   * loseAll makes the proxy drop every reply from now on (on) or none
+   * (off): the requests reach the server, which commits them; the client
+   * never hears back. For HTTP/1.1.
+   */
+  loseAll(on: boolean): void {
+    this.losingAll = on;
   }
 
   /**

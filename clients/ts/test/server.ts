@@ -74,6 +74,12 @@ export interface ServerOptions {
   shareWith?: Server;
   /** --range-grants-per-second (default 0: unlimited). */
   rangeGrantsPerSecond?: number;
+  /** Serve this database (--database-url) instead of a SQLite file; its tags are made beforehand. */
+  databaseUrl?: string;
+  /** --region NAME: the region whose share the database was claimed with. */
+  region?: string;
+  /** Listen on this port (a restart) instead of a free one. */
+  port?: number;
 }
 
 /** Server is one running `idmint serve`. */
@@ -93,7 +99,7 @@ export class Server {
   static async start(opts: ServerOptions): Promise<Server> {
     const dir = tempDir();
     const data = opts.shareWith?.dataDir ?? join(dir, "data");
-    for (const t of opts.shareWith ? [] : opts.tags) {
+    for (const t of opts.shareWith || opts.databaseUrl ? [] : opts.tags) {
       const args = ["tag", "create", t.name, "--data-dir", data];
       if (t.step !== undefined) args.push("--step", String(t.step));
       if (t.maxStep !== undefined) args.push("--max-step", String(t.maxStep));
@@ -103,8 +109,10 @@ export class Server {
     for (const [name, scope] of Object.entries(opts.shareWith ? {} : (opts.tokens ?? {}))) {
       tokens[name] = run(["token", "create", "--data-dir", data, "--name", name, "--scope", scope]).trim();
     }
-    const port = await freePort();
-    const args = ["serve", "--data-dir", data, "--listen", `127.0.0.1:${port}`, "--range-grants-per-second", String(opts.rangeGrantsPerSecond ?? 0), "--snowflake=false", "--log-format", "text", "--grpc-listen", "off"];
+    const port = opts.port ?? (await freePort());
+    const store = opts.databaseUrl ? ["--database-url", opts.databaseUrl, "--prune-after", "0"] : ["--data-dir", data];
+    if (opts.region) store.push("--region", opts.region);
+    const args = ["serve", ...store, "--listen", `127.0.0.1:${port}`, "--range-grants-per-second", String(opts.rangeGrantsPerSecond ?? 0), "--snowflake=false", "--log-format", "text", "--grpc-listen", "off"];
     if (opts.auth) args.push("--auth", "token");
     let certs: string | undefined;
     if (opts.tls) {
