@@ -141,8 +141,10 @@ func TestAllocator_ClaimedFloorLogs(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs logLines
+	// Threshold 0.95: the one ID taken below must not start a background
+	// prefetch, which would move the instance's floor while the test reads it.
 	a := allocator.New(allocator.Config{Store: m, Logger: slog.New(slog.NewJSONHandler(&logs, nil)),
-		Segment: segment.Config{MinBackoff: time.Hour}})
+		Segment: segment.Config{MinBackoff: time.Hour, Threshold: 0.95}})
 	defer a.Close(ctx)
 	grant := func(floor int64) allocator.Segment {
 		t.Helper()
