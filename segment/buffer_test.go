@@ -633,3 +633,17 @@ func takeConcurrently(t *testing.T, workers, each int, take func() (int64, error
 	}
 	return seen
 }
+
+// TestUnavailableError_Refused: a refused load's error gives no retry hint
+// (a 403 is not worth retrying), while a failed one still says when.
+func TestUnavailableError_Refused(t *testing.T) {
+	refused := &segment.UnavailableError{Tag: "user", RetryAfter: 100 * time.Millisecond,
+		Err: segment.Classify(segment.ErrRefused, errors.New("403 forbidden"))}
+	if got, want := refused.Error(), `tag "user": no ids available, the load was refused: 403 forbidden`; got != want {
+		t.Errorf("refused: %q, want %q", got, want)
+	}
+	failed := &segment.UnavailableError{Tag: "user", RetryAfter: 100 * time.Millisecond, Err: errors.New("connection refused")}
+	if got, want := failed.Error(), `tag "user": no ids available, retry in 100ms: connection refused`; got != want {
+		t.Errorf("failed: %q, want %q", got, want)
+	}
+}

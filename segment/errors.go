@@ -72,6 +72,11 @@ type UnavailableError struct {
 }
 
 func (e *UnavailableError) Error() string {
+	if errors.Is(e.Err, ErrRefused) {
+		// Asking again will not help (a 403, an unknown tag): a retry hint
+		// would tell a reader of the log otherwise.
+		return fmt.Sprintf("tag %q: no ids available, the load was refused: %v", e.Tag, e.Err)
+	}
 	return fmt.Sprintf("tag %q: no ids available, retry in %v: %v", e.Tag, e.RetryAfter.Round(time.Millisecond), e.Err)
 }
 

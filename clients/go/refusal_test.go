@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -87,7 +88,14 @@ func TestClient_RefusalsFinal(t *testing.T) {
 					}
 				}
 			}
-			cfg := client.Config{URLs: []string{tc.url}, Token: tc.token, Logger: testlog.Discard()}
+			var logs testlog.Buffer
+			cfg := client.Config{URLs: []string{tc.url}, Token: tc.token, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+			// The client's own log gives a refusal no retry hint either.
+			defer func() {
+				if strings.Contains(logs.String(), "retry in") {
+					t.Errorf("the client logged a retry hint for a final refusal:\n%s", logs.String())
+				}
+			}()
 
 			before := tc.inst.requests.Load()
 			_, err := client.New(ctx, withTags(cfg, tc.tag))
