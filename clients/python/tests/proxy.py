@@ -53,6 +53,7 @@ class LossyProxy:
         self.target, self.drop = target, drop
         self.dropped = 0
         self._dropped_ids: list[str] = []
+        self._delivered_ids: set[str] = set()
         self._lock = threading.Lock()
         self._ls = socket.socket()
         self._ls.bind(("127.0.0.1", 0))
@@ -87,6 +88,8 @@ class LossyProxy:
                     rid = _request_id(request)
                     if rid:
                         self._dropped_ids.append(rid)
+                elif rid := _request_id(request):
+                    self._delivered_ids.add(rid)
             if lose:
                 # SO_LINGER 0: close with a reset, as a dying network does.
                 conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -97,6 +100,12 @@ class LossyProxy:
         """The request IDs of the range requests whose reply was lost."""
         with self._lock:
             return list(self._dropped_ids)
+
+    def lost_ids(self) -> set[str]:
+        """The request IDs whose every reply was lost: the client never heard
+        how they ended (one passed on, to a retry or a give-back, does not count)."""
+        with self._lock:
+            return set(self._dropped_ids) - self._delivered_ids
 
     def close(self) -> None:
         self._ls.close()
