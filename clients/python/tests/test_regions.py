@@ -103,6 +103,16 @@ class RegionsTest(unittest.TestCase):
                 self.assertTrue(k >= 0 and ranges[k][0] <= i <= ranges[k][1],
                                 f"id {i} (region {name}'s share) is in no range of region {name}'s segment log")
 
+    def no_leap(self, r: pg.Region, start: int) -> None:
+        """r's ranges follow one another from its tag's start (start): none
+        starts past the end of those before it, as one would if a floor
+        claimed from another region's share had raised r's max_id."""
+        end = start - 1
+        for first, last in sorted(r.segment_log().values()):
+            self.assertLessEqual(first, end + 1, f"region {r.name}: range [{first}, {last}] starts past {end}, "
+                                 f"the end of its ranges before it: its max_id leapt")
+            end = max(end, last)
+
     def test_failover_and_return(self) -> None:
         a = pg.Region(cluster, "a", "a,b", n=2)
         b = pg.Region(cluster, "b", "a,b", n=1)
@@ -131,6 +141,8 @@ class RegionsTest(unittest.TestCase):
         self.assertGreaterEqual(st["failovers"], 1)
         self.assertGreaterEqual(st["returns"], 1)
         self.in_segment_logs(ids, a, b)
+        self.no_leap(a, 1)
+        self.no_leap(b, pg.BLOCK + 1)
         print(f"\nfailover: {len(ids)} ids, 0 duplicates, 0 failed; first id from b {failover:.3f}s after the kill "
               f"(wait 1s), from a again {back:.3f}s after its start; regions {st['regions']}", file=sys.stderr)
 

@@ -275,6 +275,22 @@ class RegionsTest {
     }
 
     /**
+     * Fails unless r's ranges follow one another from its tag's start: none starts past the end of
+     * those before it, as one would if a floor claimed from another region's share had raised r's
+     * max_id.
+     */
+    private static void requireNoLeap(TestRegion r, long start) throws Exception {
+        List<long[]> ranges = new ArrayList<>(r.segmentLog().values());
+        ranges.sort((x, y) -> Long.compare(x[0], y[0]));
+        long end = start - 1;
+        for (long[] g : ranges) {
+            assertTrue(g[0] <= end + 1, "region " + r.name + ": range [" + g[0] + ", " + g[1] + "] starts past " + end
+                    + ", the end of its ranges before it: its max_id leapt");
+            end = Math.max(end, g[1]);
+        }
+    }
+
+    /**
      * Home's processes SIGKILLed under load, then started again: the client serves from b within its
      * wait, returns home once home grants, and hands out no ID twice; every ID it handed out is in
      * its region's segment log, and no request is in both.
@@ -303,6 +319,8 @@ class RegionsTest {
                 assertEquals(List.of(), l.failures(), "calls failed: the client should have served them from b within their wait");
                 assertTrue(st.failovers() >= 1 && st.returns() >= 1, "failovers and returns: " + st);
                 requireNoCrossing(ids, a, b);
+                requireNoLeap(a, 1);
+                requireNoLeap(b, B_START + 1);
                 System.out.printf("failover: %d ids, 0 duplicates, 0 failed of %d calls; first id from b %dms after the kill (wait 1s); "
                         + "from a again %dms after its processes were started; %s%n", ids.length, l.attempts.get(), failover, back, st.regions());
             } finally {
