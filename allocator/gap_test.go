@@ -106,12 +106,25 @@ func TestAllocator_DroppedFirstLoad(t *testing.T) {
 			a := newAllocator(t, store, func(cfg *allocator.Config) {
 				cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 				cfg.AttemptTimeout = 10 * time.Second
-				cfg.Segment.WaitTimeout = 20 * time.Millisecond
+				// The first request gives up by its context, once the
+				// first allocation is in flight, not by a short wait: a
+				// wait of 20ms also ran out, on a busy machine, for the
+				// new buffer's first load, which dropped that buffer and
+				// abandoned [11, 20] as well.
+				cfg.Segment.WaitTimeout = 5 * time.Second
 				cfg.Segment.LoadTimeout = 300 * time.Millisecond
 				cfg.Segment.MinBackoff = time.Millisecond
 				cfg.Segment.MaxBackoff = time.Millisecond
 			})
-			if _, err := a.Next(ctx, "order"); !errors.Is(err, allocator.ErrUnavailable) {
+			giveUp, cancel := context.WithCancel(ctx)
+			first := make(chan error, 1)
+			go func() {
+				_, err := a.Next(giveUp, "order")
+				first <- err
+			}()
+			testutil.Eventually(t, 5*time.Second, "the first allocation", func() bool { return store.calls.Load() > 0 })
+			cancel()
+			if err := <-first; !errors.Is(err, allocator.ErrUnavailable) {
 				t.Fatalf("first Next: %v, want ErrUnavailable", err)
 			}
 			// A new buffer serves from [11, 20] while the first load hangs.
@@ -126,8 +139,8 @@ func TestAllocator_DroppedFirstLoad(t *testing.T) {
 				}
 			}
 			testutil.Eventually(t, 15*time.Second, "the first load to end", store.stalled.Load)
-			// Ranges of 10 switch often, each waited for at most 20ms: on a
-			// busy machine a caller may be told to retry, as a client would.
+			// Ranges of 10 switch often: should a wait run out on a busy
+			// machine, the caller is told to retry, as a client would.
 			deadline = time.Now().Add(15 * time.Second)
 			for len(ids) < 51 {
 				id, err := a.Next(ctx, "order")
