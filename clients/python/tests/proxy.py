@@ -52,7 +52,7 @@ class LossyProxy:
     def __init__(self, target: tuple[str, int], drop: Callable[[bytes], bool]) -> None:
         self.target, self.drop = target, drop
         self.dropped = 0
-        self._dropped_ids: list[str] = []
+        self._dropped_ids: set[str] = set()
         self._delivered_ids: set[str] = set()
         self._lock = threading.Lock()
         self._ls = socket.socket()
@@ -81,31 +81,24 @@ class LossyProxy:
                     reply = _read_message(up)
             except OSError:
                 return  # the target is down: the client sees the connection closed
+            rid = _request_id(request)
             with self._lock:
                 lose = self.drop(request)
                 if lose:
                     self.dropped += 1
-                    rid = _request_id(request)
-                    if rid:
-                        self._dropped_ids.append(rid)
-                elif rid := _request_id(request):
-                    self._delivered_ids.add(rid)
+                if rid:
+                    (self._dropped_ids if lose else self._delivered_ids).add(rid)
             if lose:
                 # SO_LINGER 0: close with a reset, as a dying network does.
                 conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 return
             conn.sendall(reply)
 
-    def dropped_ids(self) -> list[str]:
-        """The request IDs of the range requests whose reply was lost."""
-        with self._lock:
-            return list(self._dropped_ids)
-
     def lost_ids(self) -> set[str]:
         """The request IDs whose every reply was lost: the client never heard
         how they ended (one passed on, to a retry or a give-back, does not count)."""
         with self._lock:
-            return set(self._dropped_ids) - self._delivered_ids
+            return self._dropped_ids - self._delivered_ids
 
     def close(self) -> None:
         self._ls.close()
